@@ -1,0 +1,78 @@
+"""The project's one error hierarchy.
+
+Engines, the router and the ingress raise these; the ingress translates them to HTTP status codes and
+OpenAI error JSON in exactly one place (``serve_app/errors.py``). Nothing here knows about HTTP: each
+error only says *what* went wrong, with a message meant for the client, in the spirit of
+``httpx/_exceptions.py``::
+
+    ServingError
+    ├── InvalidRequestError          the request itself is wrong (fix it, then retry)
+    │   ├── ContextTooLongError      prompt (+ max_tokens) does not fit any context
+    │   └── ModelNotFoundError       an unknown model / variant / builtin name
+    ├── AuthenticationError          missing or wrong API key
+    ├── OverloadedError              no capacity now: retry after ``retry_after_s``
+    ├── EngineDeadError              the engine cannot serve (crashed, stopped, unhealthy)
+    └── EngineConfigError            a configuration that cannot work (raised at start / deploy time)
+"""
+
+from __future__ import annotations
+
+
+class ServingError(Exception):
+    """Base class of every error this project raises on purpose."""
+
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        # The request field the error is about, when there is one (OpenAI's error.param).
+        self.param = param
+
+    def __reduce__(self):  # errors cross Ray process boundaries: keep keyword fields when pickled
+        return (_rebuild, (type(self), self.message, dict(self.__dict__)))
+
+
+def _rebuild(cls: type[ServingError], message: str, state: dict) -> ServingError:
+    err = cls.__new__(cls)
+    Exception.__init__(err, message)
+    err.__dict__.update(state)
+    return err
+
+
+class InvalidRequestError(ServingError):
+    """The request is malformed or asks for something impossible."""
+
+
+class ContextTooLongError(InvalidRequestError):
+    """The prompt, or the prompt plus the requested output, exceeds the model's context length."""
+
+    def __init__(self, message: str, *, prompt_tokens: int, context_length: int) -> None:
+        super().__init__(message, param="prompt")
+        self.prompt_tokens = prompt_tokens
+        self.context_length = context_length
+
+
+class ModelNotFoundError(InvalidRequestError):
+    """The named model, variant or builtin model does not exist."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, param="model")
+
+
+class AuthenticationError(ServingError):
+    """The request carries no valid credentials."""
+
+
+class OverloadedError(ServingError):
+    """No capacity right now; the client should retry after ``retry_after_s`` seconds."""
+
+    def __init__(self, message: str, *, retry_after_s: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class EngineDeadError(ServingError):
+    """The engine cannot serve requests any more (its loop died, it was shut down, it hangs)."""
+
+
+class EngineConfigError(ServingError):
+    """An engine configuration that cannot work: a missing package, a bad model path, a mismatch."""

@@ -1,0 +1,324 @@
+"""The embedded engine: transformers' continuous batching (``ContinuousBatchingManager``), CPU or CUDA.
+
+One background thread (transformers') runs the batch loop; every request registers an asyncio callback that
+receives its outputs on our event loop. Each output carries *all* tokens so far, so we keep a cursor per
+request and turn the new tokens into text incrementally.
+
+transformers 5.24's ``cancel_request`` emits no final output and never removes the request's result handler
+(../shared/FACTS.md), so whoever cancels must end the stream and unregister the handler: ``_release`` does
+both, whichever way a request ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import itertools
+import logging
+import math
+import os
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from engines.coalesce import coalesce
+from engines.config import HFEngineConfig
+from engines.detokenizer import IncrementalDetokenizer
+from engines.errors import ContextTooLongError, EngineConfigError, EngineDeadError, OverloadedError
+from engines.protocol import (
+    FINISH_ABORT,
+    FINISH_LENGTH,
+    FINISH_STOP,
+    Delta,
+    Engine,
+    EngineStats,
+    GenerationRequest,
+    validate_request,
+)
+from engines.stop_strings import StopStringMatcher
+
+logger = logging.getLogger(__name__)
+
+_TOKENS_PER_S_WINDOW_S = 5.0
+
+
+class _TokenRate:
+    """Generated tokens per second over a sliding window (cheap: one append per delivered chunk)."""
+
+    def __init__(self, window_s: float = _TOKENS_PER_S_WINDOW_S) -> None:
+        self._window_s = window_s
+        self._events: collections.deque[tuple[float, int]] = collections.deque()
+
+    def add(self, n: int, now: float) -> None:
+        self._events.append((now, n))
+
+    def rate(self, now: float) -> float:
+        while self._events and self._events[0][0] < now - self._window_s:
+            self._events.popleft()
+        return sum(n for _, n in self._events) / self._window_s
+
+
+class HFEngine(Engine):
+    """A transformers model behind continuous batching."""
+
+    def __init__(self, config: HFEngineConfig) -> None:
+        self.config = config
+        self.tokenizer: Any = None
+        self.model: Any = None
+        self._manager: Any = None
+        self._context_length = 0
+        self._vocab_size: int | None = None
+        self._eos_ids: list[int] = []
+        self._ids = itertools.count()
+        self._live: set[str] = set()  # engine request ids registered with the manager
+        self._rate = _TokenRate()
+        self._stopped = False
+
+    # ---------------------------------------------------------------- lifecycle
+
+    async def start(self) -> None:
+        await asyncio.to_thread(self._load)
+
+    def _load(self) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+        from transformers.generation import ContinuousBatchingConfig
+
+        from engines.builtin import resolve_model
+
+        cfg = self.config
+        path = resolve_model(cfg.model)
+        device = cfg.device
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        if device == "cuda" and not torch.cuda.is_available():
+            raise EngineConfigError("engine.device: 'cuda' was asked for but no GPU is visible to this process.")
+        dtype = {"auto": torch.bfloat16 if device == "cuda" else torch.float32}.get(cfg.dtype) or getattr(
+            torch, cfg.dtype
+        )
+        if device == "cpu":
+            # Ray pins OMP_NUM_THREADS=1 in replicas with fractional CPUs; choose the thread count on purpose.
+            torch.set_num_threads(cfg.num_threads or max(1, len(os.sched_getaffinity(0))))
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(path)
+            model_kwargs: dict[str, Any] = {"dtype": dtype}
+            if cfg.attn_implementation:
+                model_kwargs["attn_implementation"] = cfg.attn_implementation
+            self.model = AutoModelForCausalLM.from_pretrained(path, **model_kwargs).to(device)
+        except (OSError, ValueError) as e:
+            raise EngineConfigError(f"engine.model: cannot load {cfg.model!r} ({path}): {e}") from e
+        self.model.eval()
+
+        text_config = self.model.config.get_text_config()
+        model_context = int(getattr(text_config, "max_position_embeddings", 0) or 2048)
+        if cfg.context_length and cfg.context_length > model_context:
+            raise EngineConfigError(
+                f"engine.context_length: {cfg.context_length} exceeds the model's "
+                f"max_position_embeddings ({model_context})."
+            )
+        self._context_length = cfg.context_length or model_context
+        self._vocab_size = int(getattr(text_config, "vocab_size", 0)) or None
+        eos = self.model.generation_config.eos_token_id
+        if eos is None:
+            eos = self.tokenizer.eos_token_id
+        self._eos_ids = [e for e in (eos if isinstance(eos, list) else [eos]) if e is not None]
+
+        # Sampling processors exist only for non-default values, and each request then carries its own
+        # temperature / top_p / top_k (per_request_processors). Greedy is top_k=1.
+        gen_config = GenerationConfig(
+            do_sample=True,
+            temperature=0.7,
+            top_p=0.9,
+            top_k=50,
+            max_new_tokens=16,
+            eos_token_id=self._eos_ids or -1,
+            pad_token_id=self.tokenizer.pad_token_id,
+        )
+        num_blocks = cfg.num_blocks
+        if num_blocks is None and device == "cpu":
+            # On CPU transformers would size the cache from free RAM; one context per running sequence is enough.
+            num_blocks = math.ceil(cfg.max_running_requests * self._context_length / cfg.page_size)
+        cb_config = ContinuousBatchingConfig(
+            page_size=cfg.page_size,
+            num_blocks=num_blocks,
+            max_batch_tokens=cfg.max_batch_tokens,
+            max_requests_per_batch=cfg.max_running_requests,
+            per_request_processors=True,
+            seed=cfg.seed,
+        )
+        with torch.inference_mode():
+            self._manager = self.model.init_continuous_batching(
+                generation_config=gen_config, continuous_batching_config=cb_config
+            )
+            self._manager.start()
+        logger.info("hf engine ready: %s on %s/%s, context %d", cfg.model, device, dtype, self._context_length)
+
+    async def shutdown(self) -> None:
+        self._stopped = True
+        manager, self._manager = self._manager, None
+        if manager is not None:
+            await asyncio.to_thread(manager.stop, True, 30.0)
+
+    async def check_health(self) -> None:
+        if self._stopped or self._manager is None:
+            raise EngineDeadError("The engine is not running.")
+        status = self._manager.background_thread_status
+        if not self._manager.is_running() or status.fatal_error is not None:
+            raise EngineDeadError(f"The engine's batch loop has stopped: {status.fatal_error or 'exited'}")
+
+    @property
+    def context_length(self) -> int:
+        return self._context_length
+
+    # ---------------------------------------------------------------- stats
+
+    def stats(self) -> EngineStats:
+        manager = self._manager
+        processor = manager.batch_processor if manager is not None else None
+        if processor is None:
+            return EngineStats(healthy=manager is not None and not self._stopped)
+        scheduler, cache = processor.scheduler, processor.cache
+        # Plain reads of dict sizes from another thread: a snapshot, possibly one step old, which is fine.
+        waiting = list(scheduler.waiting_requests.values())
+        total_blocks = int(getattr(cache, "num_blocks", 0))
+        used_blocks = round((1.0 - cache.compute_free_capacity(relative=True)) * total_blocks)
+        return EngineStats(
+            queued_requests=len(waiting) + manager.input_queue.qsize(),
+            running_requests=len(scheduler.active_requests),
+            queued_prompt_tokens=sum(len(s.initial_tokens) for s in waiting),
+            kv_blocks_used=used_blocks,
+            kv_blocks_total=total_blocks,
+            tokens_per_s=self._rate.rate(time.monotonic()),
+            healthy=manager.is_running() and manager.background_thread_status.fatal_error is None,
+            context_length=self._context_length,
+            max_running_requests=self.config.max_running_requests,
+        )
+
+    def registered_requests(self) -> int:
+        """Requests this engine still tracks anywhere (ours and transformers'): 0 when idle, or something leaked."""
+        if self._manager is None:
+            return len(self._live)
+        with self._manager.output_router._lock:
+            handlers = len(self._manager.output_router.result_handlers)
+        return len(self._live) + handlers
+
+    # ---------------------------------------------------------------- generation
+
+    def generate(self, request: GenerationRequest) -> AsyncIterator[Delta]:
+        interval_s = self.config.coalesce.interval_ms / 1000.0
+        return coalesce(self._stream(request), interval_s)
+
+    def _admit(self, request: GenerationRequest) -> None:
+        if self._manager is None or self._stopped:
+            raise EngineDeadError("The engine is not running.")
+        validate_request(request, context_length=self._context_length, vocab_size=self._vocab_size)
+        prompt_len, max_tokens = len(request.prompt_token_ids), request.sampling.max_tokens
+        if prompt_len + max_tokens > self._context_length:
+            raise ContextTooLongError(
+                f"This model's context length is {self._context_length} tokens, but {prompt_len + max_tokens} "
+                f"were requested ({prompt_len} in the prompt, {max_tokens} for the output): "
+                "shorten the prompt or lower max_tokens.",
+                prompt_tokens=prompt_len,
+                context_length=self._context_length,
+            )
+        stats = self.stats()
+        if stats.queued_requests >= self.config.max_queued_requests:
+            raise OverloadedError(
+                f"The engine has {stats.queued_requests} requests waiting (limit "
+                f"{self.config.max_queued_requests}).",
+                retry_after_s=1.0,
+            )
+
+    def _sampling_kwargs(self, request: GenerationRequest) -> dict[str, Any]:
+        s = request.sampling
+        vocab = self._vocab_size or 1 << 30
+        if s.greedy:
+            return {"temperature": 1.0, "top_p": 1.0, "top_k": 1}
+        return {
+            "temperature": float(s.temperature),
+            "top_p": float(s.top_p),
+            "top_k": int(min(s.top_k, vocab)) if s.top_k > 0 else int(vocab),
+        }
+
+    async def _stream(self, request: GenerationRequest) -> AsyncIterator[Delta]:
+        self._admit(request)
+        s = request.sampling
+        manager = self._manager
+        loop = asyncio.get_running_loop()
+        rid = f"{request.request_id}#{next(self._ids)}"
+        outputs: asyncio.Queue[Any] = asyncio.Queue()
+        stop_ids = set(s.stop_token_ids) | (set() if s.ignore_eos else set(self._eos_ids))
+        detok = IncrementalDetokenizer(self.tokenizer, skip_special_tokens=True)
+        stops = StopStringMatcher(s.stop)
+        prompt_tokens = len(request.prompt_token_ids)
+
+        manager.register_result_handler(rid, outputs.put_nowait)
+        self._live.add(rid)
+        finished = False
+        try:
+            added = manager.add_request(
+                list(request.prompt_token_ids),
+                request_id=rid,
+                max_new_tokens=s.max_tokens,
+                streaming=True,
+                eos_token_id=sorted(stop_ids) if stop_ids else -1,
+                **self._sampling_kwargs(request),
+            )
+            if added is None:  # the manager logs and drops requests while it is stopping
+                raise OverloadedError("The engine is not accepting requests right now.", retry_after_s=2.0)
+            seen = 0
+            first_token_time: float | None = None
+            while True:
+                out = await outputs.get()
+                if out.error is not None or int(out.status) == 4:  # RequestStatus.FAILED
+                    raise EngineDeadError(f"The engine failed this request: {out.error or 'unknown error'}")
+                new_ids = list(out.generated_tokens[seen:])
+                if not new_ids and not out.is_finished():
+                    continue
+                seen += len(new_ids)
+                if first_token_time is None and new_ids:
+                    first_token_time = time.time()
+                self._rate.add(len(new_ids), time.monotonic())
+                finish: str | None = None
+                text_ids = new_ids
+                if new_ids and new_ids[-1] in stop_ids:
+                    finish, text_ids = FINISH_STOP, new_ids[:-1]  # a stop token is not part of the text
+                elif out.is_finished():
+                    finish = FINISH_LENGTH if seen >= s.max_tokens else FINISH_STOP
+                text, stopped = stops.feed(detok.add(text_ids))
+                if stopped:
+                    finish = FINISH_STOP
+                elif finish is not None:
+                    tail, _ = stops.feed(detok.flush())
+                    text += tail + stops.flush()
+                if finish is not None:
+                    finished = out.is_finished()  # a stop string ends us before the manager does
+                yield Delta(
+                    text=text,
+                    token_ids=new_ids,
+                    finish_reason=finish,
+                    prompt_tokens=prompt_tokens,
+                    completion_tokens=seen,
+                    first_token_time=first_token_time,
+                    arrival_time=request.arrival_time,
+                )
+                if finish is not None:
+                    return
+        finally:
+            self._release(rid, finished)
+            del loop
+
+    def _release(self, rid: str, finished: bool) -> None:
+        """Frees everything a request holds, however it ended (finished, stopped early, cancelled, failed)."""
+        self._live.discard(rid)
+        manager = self._manager
+        if manager is None:
+            return
+        if not finished:
+            manager.cancel_request(rid)
+        # The cancel path never unregisters the handler (see module docstring); the finish path already did.
+        with manager.output_router._lock:
+            manager.output_router.result_handlers.pop(rid, None)
+
+
+__all__ = ["FINISH_ABORT", "HFEngine"]

@@ -1,0 +1,149 @@
+"""The engine contract: what every backend (transformers, TensorRT-LLM, a sidecar server) looks like.
+
+Streaming rules every backend keeps (modelled on Ray Serve LLM's ``LLMEngine`` protocol):
+
+* ``generate(request)`` returns an async iterator of :class:`Delta` for that one request. Each delta
+  carries only what is *new* (text and token ids since the previous delta); the last one carries a
+  ``finish_reason``. Text never splits a UTF-8 character and never contains any part of a stop string.
+* Closing the iterator (``aclose()``) or cancelling the task that iterates it aborts the request inside
+  the engine and frees its slot. A consumer that stops early never leaks engine work.
+* Errors are raised as :mod:`engines.errors` types: before the first delta for bad input or overload,
+  during the stream (``EngineDeadError``) when the engine fails.
+* ``stats()`` is cheap and non-blocking: the router and autoscaler call it often.
+"""
+
+from __future__ import annotations
+
+import abc
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from engines.errors import ContextTooLongError, InvalidRequestError
+
+FINISH_STOP = "stop"  # EOS, a stop token id or a stop string
+FINISH_LENGTH = "length"  # max_tokens reached (or the context is full)
+FINISH_ABORT = "abort"  # cancelled by the client or the server
+
+
+@dataclass(slots=True)
+class SamplingParams:
+    """Per-request decoding settings (OpenAI's names and meanings)."""
+
+    max_tokens: int = 16
+    temperature: float = 1.0  # 0 means greedy
+    top_p: float = 1.0
+    top_k: int = 0  # 0 means disabled
+    seed: int | None = None
+    stop: list[str] = field(default_factory=list)
+    stop_token_ids: list[int] = field(default_factory=list)
+    ignore_eos: bool = False
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0 or self.top_k == 1
+
+
+@dataclass(slots=True)
+class GenerationRequest:
+    """One request as an engine sees it: token ids in, sampling settings, an id for logs and aborts."""
+
+    request_id: str
+    prompt_token_ids: list[int]
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    arrival_time: float = field(default_factory=time.time)
+
+
+@dataclass(slots=True)
+class Delta:
+    """What is new in one request's output since the previous delta (possibly several tokens)."""
+
+    text: str
+    token_ids: list[int]
+    finish_reason: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0  # tokens generated so far, this delta included
+    first_token_time: float | None = None  # wall-clock time (time.time()) of the first generated token
+    arrival_time: float | None = None  # wall-clock time the engine received the request
+    error: str | None = None  # set on a final delta when the engine failed mid-stream
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+
+@dataclass(slots=True)
+class EngineStats:
+    """A snapshot of one engine's load, cheap to take and to send across Ray."""
+
+    queued_requests: int = 0  # accepted, not yet scheduled
+    running_requests: int = 0  # holding KV cache, generating
+    queued_prompt_tokens: int = 0  # prefill work waiting ahead of a new request
+    kv_blocks_used: int = 0
+    kv_blocks_total: int = 0
+    tokens_per_s: float = 0.0  # generated tokens per second over the last few seconds
+    healthy: bool = True
+    context_length: int = 0
+    max_running_requests: int = 0
+
+    @property
+    def kv_used_fraction(self) -> float:
+        return self.kv_blocks_used / self.kv_blocks_total if self.kv_blocks_total else 0.0
+
+
+def validate_request(request: GenerationRequest, *, context_length: int, vocab_size: int | None = None) -> None:
+    """Checks what every backend must refuse, raising the project's own errors with the field named."""
+    s = request.sampling
+    if not request.prompt_token_ids:
+        raise InvalidRequestError("The prompt is empty: send at least one token.", param="prompt")
+    if s.max_tokens is None or s.max_tokens <= 0:
+        raise InvalidRequestError(f"max_tokens must be at least 1, got {s.max_tokens}.", param="max_tokens")
+    if s.temperature < 0:
+        raise InvalidRequestError(f"temperature must be >= 0, got {s.temperature}.", param="temperature")
+    if not 0 < s.top_p <= 1:
+        raise InvalidRequestError(f"top_p must be in (0, 1], got {s.top_p}.", param="top_p")
+    if s.top_k < 0:
+        raise InvalidRequestError(f"top_k must be >= 0, got {s.top_k}.", param="top_k")
+    if vocab_size is not None:
+        bad = [t for t in request.prompt_token_ids if not 0 <= t < vocab_size]
+        if bad:
+            raise InvalidRequestError(
+                f"Prompt token id {bad[0]} is outside the vocabulary (size {vocab_size}).", param="prompt"
+            )
+    n = len(request.prompt_token_ids)
+    if n >= context_length:
+        raise ContextTooLongError(
+            f"The prompt has {n} tokens but this model's context length is {context_length}: "
+            "shorten the prompt.",
+            prompt_tokens=n,
+            context_length=context_length,
+        )
+
+
+class Engine(abc.ABC):
+    """One inference engine instance (one per Serve replica)."""
+
+    @abc.abstractmethod
+    async def start(self) -> None:
+        """Loads the model and starts the engine's loop. Raises ``EngineConfigError`` when it cannot."""
+
+    @abc.abstractmethod
+    def generate(self, request: GenerationRequest) -> AsyncIterator[Delta]:
+        """Streams the request's output; closing or cancelling the iterator aborts the request."""
+
+    @abc.abstractmethod
+    def stats(self) -> EngineStats:
+        """A non-blocking snapshot of the engine's load."""
+
+    @abc.abstractmethod
+    async def check_health(self) -> None:
+        """Returns when healthy; raises ``EngineDeadError`` otherwise."""
+
+    @abc.abstractmethod
+    async def shutdown(self) -> None:
+        """Stops the engine; in-flight streams end with ``EngineDeadError``."""
+
+    @property
+    @abc.abstractmethod
+    def context_length(self) -> int:
+        """The longest sequence (prompt + output) this engine accepts."""

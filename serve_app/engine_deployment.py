@@ -1,0 +1,66 @@
+"""One Serve deployment per variant: each replica owns one started engine and streams its deltas."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import math
+from collections.abc import AsyncIterator
+
+from ray import serve
+
+from engines.factory import make_engine
+from engines.protocol import Delta, GenerationRequest
+from serve_app.config import VariantConfig
+
+logger = logging.getLogger("ray.serve")
+
+STATS_PERIOD_S = 0.25
+
+
+class EngineDeployment:
+    """Bound once per variant by ``serve_app.app.build_app`` with that variant's deployment options."""
+
+    async def __init__(self, variant: dict, board) -> None:
+        self.variant = VariantConfig.model_validate(variant)
+        engine_config = self.variant.engine
+        if engine_config.backend == "hf" and engine_config.num_threads is None:
+            # Ray gives replicas with fractional CPUs one OpenMP thread; use what the replica reserved.
+            threads = max(1, math.ceil(self.variant.resources.num_cpus))
+            engine_config = engine_config.model_copy(update={"num_threads": threads})
+        self.engine = make_engine(engine_config)
+        await self.engine.start()
+        self._board = board
+        self._replica = serve.get_replica_context().replica_id.unique_id
+        self._poster = asyncio.create_task(self._post_stats_forever())
+
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[Delta]:
+        # aclosing: a cancelled or abandoned stream closes the engine's iterator, which aborts the request.
+        async with contextlib.aclosing(self.engine.generate(request)) as stream:
+            async for delta in stream:
+                yield delta
+
+    def info(self) -> dict:
+        return {"name": self.variant.name, "context_length": self.engine.context_length}
+
+    def stats(self) -> dict:
+        return dataclasses.asdict(self.engine.stats())
+
+    async def check_health(self) -> None:
+        await self.engine.check_health()
+
+    async def _post_stats_forever(self) -> None:
+        while True:
+            try:
+                await self._board.post.remote(self.variant.name, self._replica, self.stats())
+            except Exception:  # the board restarting must not take the engine down
+                logger.warning("could not post stats to the board", exc_info=True)
+            await asyncio.sleep(STATS_PERIOD_S)
+
+    async def __del__(self) -> None:
+        self._poster.cancel()
+        with contextlib.suppress(Exception):
+            await self._board.remove.remote(self.variant.name, self._replica)
+        await self.engine.shutdown()

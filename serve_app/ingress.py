@@ -1,0 +1,265 @@
+"""The HTTP front door: OpenAI routes, SSE streaming, and the translation of every error in one place.
+
+Routes stay thin: parse and validate the body, tokenize (the router needs the prompt length), pick a variant,
+then stream the variant's deltas as OpenAI chunks. An error before the first token is an HTTP error; after
+it, an SSE error event followed by ``data: [DONE]``. If the client goes away, Serve cancels this request and
+``_relay`` cancels the engine stream, which aborts the request inside the engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import FastAPI, Request
+from ray import serve
+from ray.exceptions import RayTaskError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from engines.errors import ContextTooLongError, InvalidRequestError, ModelNotFoundError
+from engines.protocol import Delta, GenerationRequest
+from serve_app.config import AppConfig
+from serve_app.errors import PayloadTooLargeError, describe, error_body, error_response
+from serve_app.openai_api import ChatCompletionRequest, CompletionRequest, parse_request
+from serve_app.openai_format import DONE, ResponseShape, openai_finish_reason, sse
+from serve_app.prompting import PromptBuilder
+
+logger = logging.getLogger("ray.serve")
+
+app = FastAPI(title="variant-serve", docs_url=None, redoc_url=None)
+
+
+def _unwrap(exc: BaseException) -> BaseException:
+    """Errors raised in an engine replica arrive wrapped by Ray; the boundary wants the original."""
+    while isinstance(exc, RayTaskError) and getattr(exc, "cause", None) is not None:
+        exc = exc.cause
+    return exc
+
+
+@app.exception_handler(StarletteHTTPException)
+async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    # Unknown routes and wrong methods still answer in OpenAI's error format.
+    return JSONResponse(
+        error_body(str(exc.detail), "invalid_request_error", code=str(exc.status_code)),
+        status_code=exc.status_code,
+    )
+
+
+@serve.deployment
+@serve.ingress(app)
+class Ingress:
+    def __init__(self, config: dict, variants: dict[str, Any], board: Any) -> None:
+        self.config = AppConfig.model_validate(config)
+        self._variants = variants  # variant name -> DeploymentHandle
+        self._stream_handles = {name: h.options(stream=True) for name, h in variants.items()}
+        self._board = board
+        self._prompts = PromptBuilder(self.config.tokenizer or self.config.variants[0].engine.model)
+        self._contexts: dict[str, int] = {}
+        self._contexts_lock = asyncio.Lock()
+        self._created = int(time.time())
+
+    # ------------------------------------------------------------------ routes
+
+    @app.post("/v1/completions")
+    async def completions(self, request: Request) -> Response:
+        return await self._generate(request, chat=False)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(self, request: Request) -> Response:
+        return await self._generate(request, chat=True)
+
+    @app.get("/v1/models")
+    async def models(self) -> dict:
+        names = [self.config.model_name] + [v.name for v in self.config.variants]
+        return {
+            "object": "list",
+            "data": [{"id": n, "object": "model", "created": self._created, "owned_by": "variant-serve"} for n in names],
+        }
+
+    @app.get("/health")
+    async def health(self) -> dict:
+        return {"status": "ok"}
+
+    @app.get("/variants")
+    async def variants(self) -> dict:
+        snapshot = await self._board.snapshot.remote()
+        out = []
+        for v in self.config.variants:
+            replicas = snapshot.get(v.name, [])
+            out.append(
+                {
+                    "name": v.name,
+                    "backend": v.engine.backend,
+                    "model": v.engine.model,
+                    "replicas": len(replicas),
+                    "running_requests": sum(r["running_requests"] for r in replicas),
+                    "queued_requests": sum(r["queued_requests"] for r in replicas),
+                    "tokens_per_s": round(sum(r["tokens_per_s"] for r in replicas), 1),
+                    "replica_stats": replicas,
+                }
+            )
+        return {"model": self.config.model_name, "variants": out}
+
+    # ------------------------------------------------------------------ generation
+
+    async def _generate(self, request: Request, *, chat: bool) -> Response:
+        request_id = request.headers.get("x-request-id") or f"req-{uuid.uuid4().hex}"
+        try:
+            body = await self._read_json(request)
+            req = parse_request(ChatCompletionRequest if chat else CompletionRequest, body)
+            variant = self._pick_variant(req.model)
+            if chat:
+                prompt_ids = self._prompts.chat(req.messages)
+                max_tokens = req.effective_max_tokens()
+            else:
+                prompt_ids = self._prompts.completion(req.prompt)
+                max_tokens = req.max_tokens
+            max_tokens = self._check_max_tokens(max_tokens)
+            await self._check_fits_somewhere(len(prompt_ids))
+            gen_request = GenerationRequest(request_id, prompt_ids, req.sampling(max_tokens))
+            stream = self._stream_handles[variant].generate.remote(gen_request)
+            try:
+                first = await stream.__anext__()
+            except StopAsyncIteration:
+                first = Delta(text="", token_ids=[], finish_reason="stop", prompt_tokens=len(prompt_ids))
+            except BaseException:
+                stream.cancel()
+                raise
+        except Exception as exc:
+            exc = _unwrap(exc)
+            status, _, _ = describe(exc)
+            logger.info("request %s rejected: %s %s", request_id, status, exc)
+            return error_response(exc, request_id)
+
+        shape = ResponseShape(
+            id=("chatcmpl-" if chat else "cmpl-") + request_id.removeprefix("req-"),
+            model=req.model,
+            created=int(time.time()),
+            chat=chat,
+        )
+        headers = {"x-request-id": request_id, "x-variant": variant}
+        logger.info("request %s -> variant %s (%d prompt tokens)", request_id, variant, len(prompt_ids))
+        if req.stream:
+            return StreamingResponse(
+                self._relay(first, stream, shape, req.include_usage, request_id),
+                media_type="text/event-stream",
+                headers={**headers, "cache-control": "no-cache"},
+            )
+        return await self._collect(first, stream, shape, headers, request_id)
+
+    async def _relay(
+        self, first: Delta, stream: Any, shape: ResponseShape, include_usage: bool, request_id: str
+    ) -> AsyncIterator[bytes]:
+        last = first
+        done = False
+        try:
+            delta: Delta | None = first
+            while delta is not None:
+                last = delta
+                if delta.text or delta.finish_reason:
+                    yield sse(shape.chunk(delta.text, openai_finish_reason(delta.finish_reason)))
+                if delta.finish_reason:
+                    break
+                delta = await anext(stream, None)
+            done = True
+            if include_usage:
+                yield sse(shape.usage_chunk(last.prompt_tokens, last.completion_tokens))
+            yield DONE
+        except Exception as exc:  # after the first token: an error event, then [DONE]
+            exc = _unwrap(exc)
+            _, body, _ = describe(exc)
+            logger.warning("request %s failed mid-stream: %s", request_id, exc)
+            yield sse(body)
+            yield DONE
+        finally:
+            if not done:  # client went away (cancelled) or the stream failed: abort in the engine
+                stream.cancel()
+
+    async def _collect(
+        self, first: Delta, stream: Any, shape: ResponseShape, headers: dict, request_id: str
+    ) -> Response:
+        parts = [first.text]
+        last = first
+        try:
+            while not last.finish_reason:
+                delta = await anext(stream, None)
+                if delta is None:
+                    break
+                parts.append(delta.text)
+                last = delta
+        except Exception as exc:
+            stream.cancel()
+            return error_response(_unwrap(exc), request_id)
+        except BaseException:
+            stream.cancel()
+            raise
+        body = shape.full(
+            "".join(parts), openai_finish_reason(last.finish_reason), last.prompt_tokens, last.completion_tokens
+        )
+        return JSONResponse(body, headers=headers)
+
+    # ------------------------------------------------------------------ checks
+
+    async def _read_json(self, request: Request) -> Any:
+        limit = self.config.limits.max_body_bytes
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise PayloadTooLargeError(f"The request body is {declared} bytes; the limit is {limit}.")
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise PayloadTooLargeError(f"The request body exceeds the limit of {limit} bytes.")
+            chunks.append(chunk)
+        try:
+            return json.loads(b"".join(chunks))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise InvalidRequestError(f"The request body is not valid JSON: {e}") from None
+
+    def _pick_variant(self, model: str) -> str:
+        if model in self._variants:
+            return model  # pinned
+        if model == self.config.model_name:
+            return self.config.default_variant or self.config.variants[0].name
+        known = ", ".join([self.config.model_name, *self._variants])
+        raise ModelNotFoundError(f"The model '{model}' does not exist. Known models: {known}.")
+
+    def _check_max_tokens(self, max_tokens: int | None) -> int:
+        limits = self.config.limits
+        if max_tokens is None:
+            return limits.default_max_tokens
+        if max_tokens <= 0 or max_tokens > limits.max_tokens_limit:
+            raise InvalidRequestError(
+                f"max_tokens must be between 1 and {limits.max_tokens_limit}, got {max_tokens}.", param="max_tokens"
+            )
+        return max_tokens
+
+    async def _check_fits_somewhere(self, prompt_tokens: int) -> None:
+        limit = self.config.limits.max_prompt_tokens
+        if limit is not None and prompt_tokens > limit:
+            raise InvalidRequestError(
+                f"The prompt has {prompt_tokens} tokens; this endpoint accepts at most {limit}.", param="prompt"
+            )
+        contexts = await self._context_lengths()
+        longest = max(contexts.values())
+        if prompt_tokens >= longest:
+            raise ContextTooLongError(
+                f"The prompt has {prompt_tokens} tokens, more than any variant's context "
+                f"(the longest is {longest}).",
+                prompt_tokens=prompt_tokens,
+                context_length=longest,
+            )
+
+    async def _context_lengths(self) -> dict[str, int]:
+        if len(self._contexts) < len(self._variants):
+            async with self._contexts_lock:
+                for name, handle in self._variants.items():
+                    if name not in self._contexts:
+                        self._contexts[name] = (await handle.info.remote())["context_length"]
+        return self._contexts

@@ -1,0 +1,128 @@
+"""OpenAI request bodies we accept, validated with pydantic, and their mapping onto engine sampling params.
+
+Unknown fields are ignored (clients such as the ``openai`` SDK send fields like ``user``); known fields are
+checked for type and range, and every failure names its field (OpenAI's ``error.param``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from engines.errors import InvalidRequestError
+from engines.protocol import SamplingParams
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    include_usage: bool = False
+
+
+class _SamplingFields(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    model: str = Field(min_length=1)
+    max_tokens: int | None = Field(None, description="Tokens to generate; the server default applies when absent.")
+    temperature: float = Field(1.0, ge=0.0, le=2.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int = Field(0, ge=0, description="Extension (vLLM): 0 disables top-k.")
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    stop_token_ids: list[int] = Field(default_factory=list, description="Extension (vLLM).")
+    ignore_eos: bool = Field(False, description="Extension (vLLM): keep generating past end-of-sequence.")
+    n: int = Field(1, ge=1, le=1, description="Only one choice per request is supported.")
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    priority: int = Field(0, description="Extension: higher goes first when the router must choose.")
+
+    @field_validator("stop")
+    @classmethod
+    def _stop_strings(cls, v: str | list[str] | None) -> str | list[str] | None:
+        stops = [v] if isinstance(v, str) else (v or [])
+        if len(stops) > 4:
+            raise ValueError("at most 4 stop sequences are allowed")
+        if any(s == "" for s in stops):
+            raise ValueError("stop sequences must not be empty")
+        return v
+
+    def stop_list(self) -> list[str]:
+        return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+
+    def sampling(self, max_tokens: int) -> SamplingParams:
+        return SamplingParams(
+            max_tokens=max_tokens,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k,
+            seed=self.seed,
+            stop=self.stop_list(),
+            stop_token_ids=list(self.stop_token_ids),
+            ignore_eos=self.ignore_eos,
+        )
+
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream_options and self.stream_options.include_usage)
+
+
+class CompletionRequest(_SamplingFields):
+    """POST /v1/completions. ``prompt`` is text or a list of token ids (one prompt per request)."""
+
+    prompt: str | list[int] | list[str] | list[list[int]]
+    echo: bool = False
+
+    @field_validator("prompt")
+    @classmethod
+    def _one_prompt(cls, v: Any) -> str | list[int]:
+        if isinstance(v, list) and v and isinstance(v[0], str | list):
+            if len(v) != 1:
+                raise ValueError("only one prompt per request is supported; send a string or a list of token ids")
+            return v[0]
+        return v
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    role: Literal["system", "user", "assistant", "developer", "tool"]
+    content: str | list[dict[str, Any]] | None = None
+
+    def text(self) -> str:
+        if isinstance(self.content, list):  # OpenAI content parts: we take the text parts
+            parts = []
+            for part in self.content:
+                if part.get("type") != "text" or not isinstance(part.get("text"), str):
+                    raise ValueError("only text content parts are supported")
+                parts.append(part["text"])
+            return "".join(parts)
+        return self.content or ""
+
+
+class ChatCompletionRequest(_SamplingFields):
+    """POST /v1/chat/completions."""
+
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = None
+
+    def effective_max_tokens(self) -> int | None:
+        return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+
+
+def parse_request(model: type[BaseModel], body: Any) -> Any:
+    """Validates ``body`` as ``model``; the first problem becomes an ``InvalidRequestError`` naming its field."""
+    if not isinstance(body, dict):
+        raise InvalidRequestError("The request body must be a JSON object.")
+    try:
+        return model.model_validate(body)
+    except ValidationError as e:
+        err = e.errors()[0]
+        param = ".".join(str(p) for p in err["loc"]) or None
+        kind = err["type"]
+        if kind == "missing":
+            msg = f"'{param}' is a required property"
+        else:
+            got = err.get("input")
+            msg = f"Invalid value for '{param}': {err['msg']}" + (
+                f" (got {got!r})" if not isinstance(got, dict | list) else ""
+            )
+        raise InvalidRequestError(msg, param=param) from None

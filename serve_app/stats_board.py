@@ -1,0 +1,38 @@
+"""A small Serve deployment where every engine replica posts its live stats.
+
+The ingress (``GET /variants``) and the router read one snapshot of all replicas of all variants from here,
+instead of fanning out to replicas (Serve handles address a deployment, not a replica). Entries expire when
+a replica stops posting, so a dead or drained replica drops out on its own.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ray import serve
+
+STALE_AFTER_S = 3.0
+
+
+@serve.deployment(num_replicas=1, ray_actor_options={"num_cpus": 0}, max_ongoing_requests=10_000)
+class StatsBoard:
+    def __init__(self) -> None:
+        self._entries: dict[tuple[str, str], tuple[float, dict]] = {}
+
+    def post(self, variant: str, replica: str, stats: dict) -> None:
+        self._entries[(variant, replica)] = (time.monotonic(), stats)
+
+    def remove(self, variant: str, replica: str) -> None:
+        self._entries.pop((variant, replica), None)
+
+    def snapshot(self) -> dict[str, list[dict]]:
+        """Fresh entries grouped by variant: ``{variant: [{"replica": id, "age_s": s, **stats}, ...]}``."""
+        now = time.monotonic()
+        out: dict[str, list[dict]] = {}
+        for (variant, replica), (posted, stats) in list(self._entries.items()):
+            age = now - posted
+            if age > STALE_AFTER_S:
+                del self._entries[(variant, replica)]
+                continue
+            out.setdefault(variant, []).append({"replica": replica, "age_s": round(age, 3), **stats})
+        return out

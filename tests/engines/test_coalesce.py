@@ -1,0 +1,117 @@
+"""engines.coalesce: first delta at once, later ones merged, nothing lost, closing aborts the source."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from engines.coalesce import coalesce, merge_deltas
+from engines.protocol import Delta
+
+
+def _delta(i: int, finish: str | None = None) -> Delta:
+    return Delta(text=f"t{i} ", token_ids=[i], finish_reason=finish, completion_tokens=i + 1)
+
+
+class _Source:
+    """An async iterator fed by the test, recording whether it was closed."""
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[Delta | None] = asyncio.Queue()
+        self.closed = False
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self) -> Delta:
+        item = await self.queue.get()
+        if item is None:
+            raise StopAsyncIteration
+        return item
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+def test_merge_concatenates_text_and_ids_and_keeps_last_figures():
+    merged = merge_deltas([_delta(0), _delta(1), _delta(2, "length")])
+    assert merged.text == "t0 t1 t2 "
+    assert merged.token_ids == [0, 1, 2]
+    assert merged.finish_reason == "length"
+    assert merged.completion_tokens == 3
+
+
+async def test_first_delta_is_not_held_back():
+    source = _Source()
+    out = coalesce(source, interval_s=3600)  # an interval no test would wait for
+    await source.queue.put(_delta(0))
+    first = await asyncio.wait_for(anext(out), timeout=30)
+    assert first.token_ids == [0]
+    await out.aclose()
+
+
+async def test_later_deltas_are_merged_and_the_final_one_flushes():
+    source = _Source()
+    out = coalesce(source, interval_s=3600)
+    await source.queue.put(_delta(0))
+    assert (await anext(out)).token_ids == [0]
+    for i in range(1, 5):
+        await source.queue.put(_delta(i))
+    await source.queue.put(_delta(5, "stop"))
+    rest = [d async for d in out]
+    assert len(rest) == 1  # everything after the first token left as one chunk, at the finish
+    assert rest[0].token_ids == [1, 2, 3, 4, 5]
+    assert rest[0].finish_reason == "stop"
+    assert source.closed
+
+
+async def test_interval_elapsing_sends_what_is_buffered():
+    source = _Source()
+    out = coalesce(source, interval_s=0.01)
+    await source.queue.put(_delta(0))
+    await anext(out)
+    await source.queue.put(_delta(1))
+    # The source now stalls; the buffered delta must still come out once the interval passes.
+    second = await asyncio.wait_for(anext(out), timeout=30)
+    assert second.token_ids == [1]
+    await out.aclose()
+    assert source.closed
+
+
+async def test_closing_early_closes_the_source():
+    source = _Source()
+    out = coalesce(source, interval_s=0.005)
+    await source.queue.put(_delta(0))
+    await anext(out)
+    await out.aclose()
+    assert source.closed
+
+
+async def test_source_error_after_tokens_delivers_them_then_raises():
+    class Failing(_Source):
+        async def __anext__(self) -> Delta:
+            item = await self.queue.get()
+            if item is None:
+                raise RuntimeError("engine died")
+            return item
+
+    source = Failing()
+    out = coalesce(source, interval_s=3600)
+    await source.queue.put(_delta(0))
+    await anext(out)
+    await source.queue.put(_delta(1))
+    await source.queue.put(None)
+    assert (await anext(out)).token_ids == [1]
+    with pytest.raises(RuntimeError, match="engine died"):
+        await anext(out)
+
+
+async def test_zero_interval_passes_every_delta_through():
+    source = _Source()
+    out = coalesce(source, interval_s=0)
+    for i in range(3):
+        await source.queue.put(_delta(i))
+    await source.queue.put(None)
+    assert [d.token_ids for d in [x async for x in out]] == [[0], [1], [2]]
+    assert source.closed
