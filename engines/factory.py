@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
-from engines.config import EngineConfig
+from engines.config import EngineConfig, HFEngineConfig, OpenAIServerEngineConfig, TRTLLMEngineConfig
 from engines.errors import EngineConfigError
 from engines.protocol import Engine
 
 
 def make_engine(config: EngineConfig) -> Engine:
     """The engine for ``config`` (not started: call ``await engine.start()``)."""
-    backend = config.backend
-    if backend == "hf":
+    # Backends import heavy or optional packages (torch, tensorrt_llm, httpx): only the one asked for.
+    if isinstance(config, HFEngineConfig):
         from engines.hf import HFEngine
 
         return HFEngine(config)
-    raise EngineConfigError(f"engine.backend: unknown backend {backend!r}")
+    if isinstance(config, TRTLLMEngineConfig):
+        from engines.trtllm import TRTLLMEngine
+
+        return TRTLLMEngine(config)
+    if isinstance(config, OpenAIServerEngineConfig):
+        from engines.openai_server import OpenAIServerEngine
+
+        return OpenAIServerEngine(config)
+    raise EngineConfigError(f"engine.backend: unknown backend {getattr(config, 'backend', None)!r}")

@@ -134,14 +134,20 @@ class HFEngine(Engine):
             eos_token_id=self._eos_ids or -1,
             pad_token_id=self.tokenizer.pad_token_id,
         )
-        num_blocks = cfg.num_blocks
-        if num_blocks is None and device == "cpu":
-            # On CPU transformers would size the cache from free RAM; one context per running sequence is enough.
-            num_blocks = math.ceil(cfg.max_running_requests * self._context_length / cfg.page_size)
+        num_blocks, max_batch_tokens = cfg.num_blocks, cfg.max_batch_tokens
+        if device == "cpu":
+            # On CPU transformers sizes the cache and the step from free RAM, which on a laptop means gigabytes.
+            # Budget ~1k tokens of KV per running sequence (at least two full contexts) and 256-token steps.
+            if num_blocks is None:
+                num_blocks = max(
+                    math.ceil(cfg.max_running_requests * 1024 / cfg.page_size),
+                    math.ceil(2 * self._context_length / cfg.page_size),
+                )
+            max_batch_tokens = max_batch_tokens or 256
         cb_config = ContinuousBatchingConfig(
             page_size=cfg.page_size,
             num_blocks=num_blocks,
-            max_batch_tokens=cfg.max_batch_tokens,
+            max_batch_tokens=max_batch_tokens,
             max_requests_per_batch=cfg.max_running_requests,
             per_request_processors=True,
             seed=cfg.seed,

@@ -60,8 +60,6 @@ def describe(exc: BaseException) -> tuple[int, dict, dict[str, str]]:
     return 500, error_body("Internal server error.", "server_error", code="internal_error"), {}
 
 
-def error_response(exc: BaseException, request_id: str | None = None) -> JSONResponse:
+def error_response(exc: BaseException) -> JSONResponse:
     status, body, headers = describe(exc)
-    if request_id:
-        headers["x-request-id"] = request_id
     return JSONResponse(body, status_code=status, headers=headers)

@@ -6,8 +6,7 @@ it, an SSE error event followed by ``data: [DONE]``. If the client goes away, Se
 ``_relay`` cancels the engine stream, which aborts the request inside the engine.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations` here: FastAPI must resolve the route parameters' annotations.
 import asyncio
 import json
 import logging
@@ -33,6 +32,15 @@ from serve_app.prompting import PromptBuilder
 logger = logging.getLogger("ray.serve")
 
 app = FastAPI(title="variant-serve", docs_url=None, redoc_url=None)
+
+
+def _request_id(request: Request) -> str:
+    """The id Serve's proxy uses for this request (the client's x-request-id when sent), so logs line up."""
+    from ray.serve.context import _get_serve_request_context  # private, but the only way to read Serve's id
+
+    return (
+        request.headers.get("x-request-id") or _get_serve_request_context().request_id or f"req-{uuid.uuid4().hex}"
+    )
 
 
 def _unwrap(exc: BaseException) -> BaseException:
@@ -109,7 +117,7 @@ class Ingress:
     # ------------------------------------------------------------------ generation
 
     async def _generate(self, request: Request, *, chat: bool) -> Response:
-        request_id = request.headers.get("x-request-id") or f"req-{uuid.uuid4().hex}"
+        request_id = _request_id(request)
         try:
             body = await self._read_json(request)
             req = parse_request(ChatCompletionRequest if chat else CompletionRequest, body)
@@ -135,7 +143,7 @@ class Ingress:
             exc = _unwrap(exc)
             status, _, _ = describe(exc)
             logger.info("request %s rejected: %s %s", request_id, status, exc)
-            return error_response(exc, request_id)
+            return error_response(exc)
 
         shape = ResponseShape(
             id=("chatcmpl-" if chat else "cmpl-") + request_id.removeprefix("req-"),
@@ -143,7 +151,7 @@ class Ingress:
             created=int(time.time()),
             chat=chat,
         )
-        headers = {"x-request-id": request_id, "x-variant": variant}
+        headers = {"x-variant": variant}  # Serve's proxy adds x-request-id to every response itself
         logger.info("request %s -> variant %s (%d prompt tokens)", request_id, variant, len(prompt_ids))
         if req.stream:
             return StreamingResponse(
@@ -195,7 +203,7 @@ class Ingress:
                 last = delta
         except Exception as exc:
             stream.cancel()
-            return error_response(_unwrap(exc), request_id)
+            return error_response(_unwrap(exc))
         except BaseException:
             stream.cancel()
             raise

@@ -14,7 +14,12 @@ from ray import serve
 STALE_AFTER_S = 3.0
 
 
-@serve.deployment(num_replicas=1, ray_actor_options={"num_cpus": 0}, max_ongoing_requests=10_000)
+@serve.deployment(
+    num_replicas=1,
+    ray_actor_options={"num_cpus": 0},
+    max_ongoing_requests=10_000,
+    logging_config={"enable_access_log": False},  # several posts a second per replica would drown the log
+)
 class StatsBoard:
     def __init__(self) -> None:
         self._entries: dict[tuple[str, str], tuple[float, dict]] = {}

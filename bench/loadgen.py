@@ -1,0 +1,164 @@
+"""The load generator: sends a workload as a closed loop (fixed concurrency) or an open loop
+(each request at its arrival time), bounded in count and in time.
+
+Open loop: requests go out at their scheduled times whether or not earlier ones have finished,
+as real users do; the httpx pool is unbounded so the client never queues them itself. Closed loop:
+``concurrency`` workers each send their next request when the previous one ends. Either way no
+new request starts after ``duration_s``; requests in flight then run to their end (each is bounded
+by the target's hard timeout).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+import httpx
+from pydantic import BaseModel, Field, model_validator
+from tqdm.auto import tqdm
+
+from bench.client import Clock, MonotonicClock, TargetConfig, send_request
+from bench.records import RequestRecord
+from bench.workload import RequestSpec
+
+
+class LoadConfig(BaseModel):
+    concurrency: int | None = Field(
+        None, ge=1, description="Closed loop with this many streams; None sends at each request's send_at."
+    )
+    num_requests: int | None = Field(None, ge=1, description="Send at most this many requests.")
+    duration_s: float | None = Field(None, gt=0, description="Start no request after this many seconds.")
+    progress: bool = Field(True, description="Show a tqdm progress bar on stderr.")
+
+    @model_validator(mode="after")
+    def _bounded(self) -> LoadConfig:
+        if self.num_requests is None and self.duration_s is None:
+            raise ValueError("bound the run: set num_requests, duration_s or both")
+        return self
+
+
+@dataclass(slots=True)
+class LoadResult:
+    records: list[RequestRecord]  # in completion order
+    wall_start: float  # unix epoch seconds at the start of the run
+    duration_s: float  # start of the run -> last request finished
+
+
+class _Run:
+    """State shared by the tasks of one run."""
+
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        target: TargetConfig,
+        load: LoadConfig,
+        specs: Iterable[RequestSpec],
+        clock: Clock,
+        on_record: Callable[[RequestRecord], None] | None,
+    ) -> None:
+        self.client, self.target, self.load, self.clock = client, target, load, clock
+        self.specs: Iterator[RequestSpec] = iter(specs)
+        self.on_record = on_record
+        self.sent = 0
+        self.records: list[RequestRecord] = []
+        self.run_id = uuid.uuid4().hex[:8]
+        self.bar = tqdm(total=load.num_requests, disable=not load.progress, unit="req", desc="load")
+        self.run_start = clock.now()
+        self.wall_start = time.time()
+
+    def next_spec(self) -> RequestSpec | None:
+        """The next request to send, or None when a bound is reached (count, workload or time)."""
+        if self.load.num_requests is not None and self.sent >= self.load.num_requests:
+            return None
+        spec = next(self.specs, None)
+        if spec is None:
+            return None
+        self.sent += 1
+        return spec
+
+    def past_duration(self, offset_s: float) -> bool:
+        return self.load.duration_s is not None and offset_s >= self.load.duration_s
+
+    async def send(self, spec: RequestSpec, start: float) -> None:
+        record = await send_request(
+            self.client,
+            self.target,
+            spec,
+            request_id=f"bench-{self.run_id}-{spec.index}",
+            clock=self.clock,
+            start=start,
+            run_start=self.run_start,
+            wall_start=self.wall_start,
+        )
+        self.records.append(record)
+        self.bar.update(1)
+        if not record.ok:
+            self.bar.set_postfix(errors=sum(not r.ok for r in self.records), refresh=False)
+        if self.on_record is not None:
+            self.on_record(record)
+
+    async def closed_loop(self, concurrency: int) -> None:
+        async def worker() -> None:
+            while not self.past_duration(self.clock.now() - self.run_start):
+                spec = self.next_spec()
+                if spec is None:
+                    return
+                await self.send(spec, self.clock.now())
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+    async def open_loop(self) -> None:
+        tasks: set[asyncio.Task[None]] = set()
+        try:
+            while (spec := self.next_spec()) is not None:
+                if spec.send_at is None:
+                    raise ValueError("an open loop needs send times: set concurrency or give arrivals")
+                if self.past_duration(spec.send_at):
+                    break
+                delay = self.run_start + spec.send_at - self.clock.now()
+                if delay > 0:
+                    await self.clock.sleep(delay)
+                # The clock is read here, not in the task: the request's latency starts when it was
+                # due, even if the event loop is slow to run its task.
+                task = asyncio.create_task(self.send(spec, self.clock.now()))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+            await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+
+
+async def run_load(
+    target: TargetConfig,
+    load: LoadConfig,
+    specs: Iterable[RequestSpec],
+    *,
+    client: httpx.AsyncClient | None = None,
+    clock: Clock | None = None,
+    on_record: Callable[[RequestRecord], None] | None = None,
+) -> LoadResult:
+    """Send ``specs`` to ``target`` as ``load`` says; one record per request sent.
+
+    ``client`` and ``clock`` are injectable (tests pass a transport and a clock they drive);
+    ``on_record`` sees each record as its request ends (e.g. to stream them to a file).
+    """
+    own_client = client is None
+    if client is None:
+        # No pool limit: a client-side queue would add its own wait to every latency measured.
+        client = httpx.AsyncClient(limits=httpx.Limits(max_connections=None, max_keepalive_connections=None))
+    run = _Run(client, target, load, specs, clock or MonotonicClock(), on_record)
+    try:
+        if load.concurrency is not None:
+            await run.closed_loop(load.concurrency)
+        else:
+            await run.open_loop()
+    finally:
+        run.bar.close()
+        if own_client:
+            await client.aclose()
+    end = max((r.end_s for r in run.records), default=0.0)
+    return LoadResult(records=run.records, wall_start=run.wall_start, duration_s=end)

@@ -1,0 +1,92 @@
+"""Replicas over time: samples of each variant's replica count, polled from the server's
+``GET /variants`` (``{"variants": [{"name": ..., "replicas": N, ...}]}``) during a run.
+
+The endpoint is this project's own; other servers lack it. The poller is therefore tolerant: a
+target without it (any non-200 answer or no answer to the first poll) yields no samples and
+no error, and a failed poll later on is skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.client import Clock
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaSample:
+    t_s: float  # seconds from the start of the run
+    variant: str
+    replicas: int
+
+
+def parse_variants(payload: Any, t_s: float) -> list[ReplicaSample]:
+    """The samples in one ``/variants`` answer; entries without a name or replica count are skipped."""
+    variants = payload.get("variants") if isinstance(payload, dict) else None
+    samples = []
+    for entry in variants if isinstance(variants, list) else []:
+        if (
+            isinstance(entry, dict)
+            and isinstance(entry.get("name"), str)
+            and isinstance(entry.get("replicas"), int)
+        ):
+            samples.append(ReplicaSample(t_s=t_s, variant=entry["name"], replicas=entry["replicas"]))
+    return samples
+
+
+def variants_url(base_url: str) -> str:
+    base = base_url.rstrip("/")
+    return base.removesuffix("/v1") + "/variants"
+
+
+async def poll_variants(
+    client: httpx.AsyncClient,
+    base_url: str,
+    *,
+    interval_s: float,
+    stop: asyncio.Event,
+    clock: Clock,
+    run_start: float,
+) -> list[ReplicaSample]:
+    """Poll every ``interval_s`` until ``stop`` is set; the samples gathered (none if unsupported)."""
+    url = variants_url(base_url)
+    samples: list[ReplicaSample] = []
+    first = True
+    while not stop.is_set():
+        try:
+            response = await client.get(url, timeout=max(interval_s, 1.0))
+            answer = (
+                parse_variants(response.json(), clock.now() - run_start)
+                if response.status_code == 200
+                else None
+            )
+        except (httpx.HTTPError, json.JSONDecodeError):
+            answer = None
+        if answer is None and first:
+            return samples  # the server has no /variants: nothing to plot, not an error
+        first = False
+        samples.extend(answer or [])
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=interval_s)
+    return samples
+
+
+def write_samples(samples: Iterable[ReplicaSample], path: str | Path) -> Path:
+    path = Path(path)
+    with path.open("w") as f:
+        for sample in samples:
+            f.write(json.dumps(asdict(sample)) + "\n")
+    return path
+
+
+def read_samples(path: str | Path) -> list[ReplicaSample]:
+    with Path(path).open() as f:
+        return [ReplicaSample(**json.loads(line)) for line in f if line.strip()]

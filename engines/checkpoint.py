@@ -1,0 +1,295 @@
+"""What a checkpoint directory says about its weights, and whether a variant's declaration matches it.
+
+A variant declared float16 but pointed at FP8 or INT4 weights loads without complaint in most engines and
+then serves garbage (or fails on the first request). So the declared dtype / quantization, tensor parallel
+size and max_seq_len are checked against the files before anything loads, naming both values when they
+differ. :func:`validate_checkpoint` is a pure function of the directory's JSON files: the serve config calls
+it at deploy time (on a machine that sees the checkpoints) and the TensorRT-LLM backends call it in
+``start()``.
+
+Where each fact comes from, first match wins:
+
+* quantization: ModelOpt's ``hf_quant_config.json`` (``quantization.quant_algo``), then ``config.json``
+  ``quantization_config`` (``quant_method``: fp8 / awq / gptq / modelopt / compressed-tensors ...), then a
+  TensorRT-LLM checkpoint's or prebuilt engine's ``config.json`` (``pretrained_config.quantization``);
+* tensor parallel size: fixed only by TensorRT-LLM checkpoints and prebuilt engines (``mapping.tp_size``);
+  any checkpoint fixes the head count, which tensor parallelism must divide;
+* longest sequence: an engine's ``build_config.max_seq_len``, else ``max_position_embeddings`` (stretched
+  by linear / dynamic / YaRN rope scaling).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from engines.errors import EngineConfigError
+
+CheckpointKind = Literal["hf", "trtllm_checkpoint", "trtllm_engine"]
+
+# ModelOpt / TensorRT-LLM ``QuantAlgo`` names (tensorrt_llm/quantization/mode.py) -> our declared names.
+_QUANT_ALGOS = {
+    "FP8": "fp8",
+    "FP8_PER_CHANNEL_PER_TOKEN": "fp8",
+    "FP8_BLOCK_SCALES": "fp8",
+    "NVFP4": "nvfp4",
+    "W4A16_AWQ": "int4_awq",
+    "W4A8_AWQ": "w4a8_awq",
+    "W8A8_SQ_PER_CHANNEL": "int8_sq",
+    "W8A8_SQ_PER_TENSOR_PLUGIN": "int8_sq",
+    "W8A8_SQ_PER_CHANNEL_PER_TOKEN_PLUGIN": "int8_sq",
+    "W8A8_SQ_PER_CHANNEL_PER_TENSOR_PLUGIN": "int8_sq",
+    "W8A8_SQ_PER_TENSOR_PER_TOKEN_PLUGIN": "int8_sq",
+    "W8A16": "int8_weight_only",
+    "W4A16": "int4_weight_only",
+    "W4A16_GPTQ": "int4_gptq",
+    "NO_QUANT": "none",
+}
+
+# compressed-tensors' ``format`` names (llm-compressor exports) -> our names.
+_COMPRESSED_TENSORS_FORMATS = {
+    "float-quantized": "fp8",
+    "naive-quantized": "fp8",
+    "nvfp4-pack-quantized": "nvfp4",
+    "pack-quantized": "int4_weight_only",
+    "int-quantized": "int8_sq",
+}
+
+# Rope scalings that stretch the context beyond the trained max_position_embeddings by ``factor``.
+_STRETCHING_ROPE_TYPES = {"linear", "dynamic", "yarn"}
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointInfo:
+    """The facts a checkpoint directory states about itself (None: it does not say)."""
+
+    path: Path
+    kind: CheckpointKind
+    quantization: str  # one of engines.config.Quantization, or the checkpoint's own name when unknown to us
+    quantization_source: str  # where that came from, quoted in error messages
+    dtype: str | None
+    tensor_parallel_size: int | None  # fixed by TensorRT-LLM checkpoints and engines only
+    num_attention_heads: int | None
+    max_seq_len: int | None
+
+
+def read_checkpoint(model: str | os.PathLike[str]) -> CheckpointInfo | None:
+    """The checkpoint's facts, or None when ``model`` is no local directory (a hub id: nothing to read).
+
+    Raises ``EngineConfigError`` for a directory without a readable ``config.json``.
+    """
+    path = Path(model)
+    if not path.is_dir():
+        return None
+    config = _read_json(path / "config.json")
+    if config is None:
+        raise EngineConfigError(f"{path} has no config.json: it is not a Hugging Face or TensorRT-LLM checkpoint.")
+    if isinstance(config.get("build_config"), dict) and isinstance(config.get("pretrained_config"), dict):
+        return _read_trtllm(path, config["pretrained_config"], "trtllm_engine", config["build_config"])
+    if isinstance(config.get("mapping"), dict) and "architecture" in config:
+        return _read_trtllm(path, config, "trtllm_checkpoint", None)
+    return _read_hf(path, config)
+
+
+def validate_checkpoint(
+    model: str | os.PathLike[str],
+    *,
+    dtype: str = "auto",
+    quantization: str | None = None,
+    tensor_parallel_size: int = 1,
+    max_seq_len: int | None = None,
+    num_gpus: float | None = None,
+) -> CheckpointInfo | None:
+    """Checks a variant's declaration against its checkpoint; returns what the checkpoint says.
+
+    ``quantization`` None with a concrete ``dtype`` declares unquantized weights in that dtype; None with
+    dtype 'auto' checks no weights format. ``num_gpus`` is what the replica reserves (None: unknown).
+    Raises ``EngineConfigError`` listing every mismatch, each naming the declared and the found value.
+    Returns None, checking only ``num_gpus``, when ``model`` is no local directory.
+    """
+    problems = []
+    if num_gpus is not None and num_gpus != tensor_parallel_size:
+        # Each tensor parallel rank drives one GPU: fewer GPUs cannot run, more sit idle and reserved.
+        problems.append(
+            f"tensor_parallel_size is {tensor_parallel_size} but the replica has {num_gpus:g} GPUs: "
+            "reserve exactly one GPU per rank (num_gpus = tensor_parallel_size)"
+        )
+    info = read_checkpoint(model)
+    if info is not None:
+        problems.extend(_mismatches(info, dtype, quantization, tensor_parallel_size, max_seq_len))
+    if problems:
+        raise EngineConfigError(f"model {os.fspath(model)!r} does not match its variant: " + "; ".join(problems))
+    return info
+
+
+def validate_engine_config(config: Any, *, num_gpus: float | None = None) -> CheckpointInfo | None:
+    """:func:`validate_checkpoint` for a ``trtllm`` or ``openai_server`` engine config (at deploy time).
+
+    A ``builtin:`` name is no directory yet (generated on first use), so only ``num_gpus`` is checked.
+    """
+    return validate_checkpoint(
+        config.model,
+        dtype=config.dtype,
+        quantization=config.quantization,
+        tensor_parallel_size=config.tensor_parallel_size,
+        max_seq_len=config.max_seq_len,
+        num_gpus=num_gpus,
+    )
+
+
+def visible_gpu_count() -> int | None:
+    """GPUs this process may use as Ray assigned them (CUDA_VISIBLE_DEVICES), or None when unset."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return None
+    return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
+
+
+def _mismatches(
+    info: CheckpointInfo, dtype: str, quantization: str | None, tp: int, max_seq_len: int | None
+) -> list[str]:
+    problems = []
+    declared = quantization if quantization is not None else ("none" if dtype != "auto" else None)
+    if declared is not None and declared != info.quantization:
+        said = f"quantization {quantization!r}" if quantization is not None else f"unquantized {dtype} weights"
+        found = "unquantized" if info.quantization == "none" else repr(info.quantization)
+        problems.append(
+            f"the variant declares {said} but the checkpoint's weights are {found} ({info.quantization_source})"
+        )
+    # A prebuilt engine's dtype is compiled in; a Hugging Face checkpoint's is converted at load time.
+    if info.kind == "trtllm_engine" and dtype != "auto" and info.dtype is not None and dtype != info.dtype:
+        problems.append(f"the variant declares dtype {dtype!r} but the engine was built for {info.dtype!r}")
+    if info.tensor_parallel_size is not None and info.tensor_parallel_size != tp:
+        problems.append(
+            f"the variant declares tensor_parallel_size {tp} but the {info.kind.replace('_', ' ')} was built "
+            f"for tensor parallel {info.tensor_parallel_size}"
+        )
+    if info.num_attention_heads is not None and info.num_attention_heads % tp:
+        problems.append(
+            f"tensor_parallel_size {tp} does not divide the model's {info.num_attention_heads} attention heads"
+        )
+    if max_seq_len is not None and info.max_seq_len is not None and max_seq_len > info.max_seq_len:
+        problems.append(f"max_seq_len {max_seq_len} exceeds the model's {info.max_seq_len}")
+    return problems
+
+
+def _read_hf(path: Path, config: dict[str, Any]) -> CheckpointInfo:
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+
+    def get(key: str) -> Any:
+        # Multimodal configs nest the language model's settings under text_config.
+        return config.get(key, text.get(key))
+
+    quantization, source = _hf_quantization(path, config)
+    return CheckpointInfo(
+        path=path,
+        kind="hf",
+        quantization=quantization,
+        quantization_source=source,
+        dtype=_dtype_name(get("torch_dtype") or get("dtype")),  # transformers 5 writes "dtype"
+        tensor_parallel_size=None,
+        num_attention_heads=_int_or_none(get("num_attention_heads")),
+        max_seq_len=_context_length(get("max_position_embeddings"), get("rope_scaling")),
+    )
+
+
+def _read_trtllm(
+    path: Path, pretrained: dict[str, Any], kind: CheckpointKind, build: dict[str, Any] | None
+) -> CheckpointInfo:
+    where = "config.json pretrained_config" if kind == "trtllm_engine" else "config.json"
+    found = _modelopt_quantization(path)  # a ModelOpt hf_quant_config.json beside it wins
+    if found is None:
+        algo = (pretrained.get("quantization") or {}).get("quant_algo")
+        found = _quant_algo(algo), f"quant_algo={algo} in {where}"
+    quantization, source = found
+    mapping = pretrained.get("mapping") or {}
+    max_seq_len = _int_or_none((build or {}).get("max_seq_len")) or _context_length(
+        pretrained.get("max_position_embeddings"), pretrained.get("rope_scaling")
+    )
+    return CheckpointInfo(
+        path=path,
+        kind=kind,
+        quantization=quantization,
+        quantization_source=source,
+        dtype=_dtype_name(pretrained.get("dtype")),
+        tensor_parallel_size=_int_or_none(mapping.get("tp_size", mapping.get("world_size"))),
+        num_attention_heads=_int_or_none(pretrained.get("num_attention_heads")),
+        max_seq_len=max_seq_len,
+    )
+
+
+def _modelopt_quantization(path: Path) -> tuple[str, str] | None:
+    modelopt = _read_json(path / "hf_quant_config.json")
+    if modelopt is None:
+        return None
+    algo = (modelopt.get("quantization") or {}).get("quant_algo")
+    return _quant_algo(algo), f"quant_algo={algo} in hf_quant_config.json"
+
+
+def _hf_quantization(path: Path, config: dict[str, Any]) -> tuple[str, str]:
+    modelopt = _modelopt_quantization(path)
+    if modelopt is not None:
+        return modelopt
+    qc = config.get("quantization_config")
+    if not isinstance(qc, dict):
+        return "none", "no quantization config"
+    method = str(qc.get("quant_method", "")).lower()
+    where = "config.json quantization_config"
+    if method in ("fp8", "fbgemm_fp8"):
+        return "fp8", f"quant_method={method} in {where}"
+    if method in ("awq", "gptq"):
+        bits = qc.get("bits")
+        name = f"int4_{method}" if bits == 4 else f"{method}_{bits}bit"
+        return name, f"quant_method={method}, bits={bits} in {where}"
+    if method == "modelopt":
+        algo = qc.get("quant_algo")
+        return _quant_algo(algo), f"quant_method=modelopt, quant_algo={algo} in {where}"
+    if method == "compressed-tensors":
+        fmt = qc.get("format")
+        return _COMPRESSED_TENSORS_FORMATS.get(str(fmt), f"compressed-tensors:{fmt}"), f"format={fmt} in {where}"
+    return method or "unknown", f"quant_method={method or None} in {where}"
+
+
+def _quant_algo(algo: Any) -> str:
+    if algo is None:
+        return "none"
+    return _QUANT_ALGOS.get(str(algo).upper(), str(algo))
+
+
+def _context_length(max_positions: Any, rope_scaling: Any) -> int | None:
+    limit = _int_or_none(max_positions)
+    if limit is None or not isinstance(rope_scaling, dict):
+        return limit
+    rope_type = rope_scaling.get("rope_type", rope_scaling.get("type"))
+    factor = rope_scaling.get("factor")
+    if rope_type in _STRETCHING_ROPE_TYPES and isinstance(factor, int | float) and factor > 1:
+        original = _int_or_none(rope_scaling.get("original_max_position_embeddings")) or limit
+        return max(limit, int(original * factor))
+    return limit
+
+
+def _dtype_name(value: Any) -> str | None:
+    if value is None:
+        return None
+    name = str(value).removeprefix("torch.")
+    return {"fp16": "float16", "half": "float16", "bf16": "bfloat16", "fp32": "float32"}.get(name, name)
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        with path.open(encoding="utf-8") as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        raise EngineConfigError(f"cannot read {path}: {e}") from None
+    if not isinstance(data, dict):
+        raise EngineConfigError(f"{path} is not a JSON object")
+    return data

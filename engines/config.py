@@ -1,0 +1,272 @@
+"""Typed engine configurations, one per backend, selected by the ``backend`` field.
+
+These are the single source of truth for engine settings: the serve config embeds them per variant,
+the engine factory builds engines from them, the bench builds the same engines in-process from them.
+"""
+
+from __future__ import annotations
+
+import string
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class CoalesceConfig(_Strict):
+    """How the engine replica gathers tokens before sending them through Ray (DESIGN.md principle 4)."""
+
+    interval_ms: float = Field(
+        5.0,
+        ge=0,
+        le=1000,
+        description="After the first token (always sent at once), gather tokens for this long before "
+        "yielding one chunk. 0 sends every engine step on its own.",
+    )
+
+
+class HFEngineConfig(_Strict):
+    """The embedded engine: transformers continuous batching, on CPU or CUDA."""
+
+    backend: Literal["hf"] = "hf"
+    model: str = Field(
+        description="'builtin:<name>' (generated offline, see engines/builtin.py), a local Hugging Face "
+        "checkpoint directory, or a hub id where a hub is reachable."
+    )
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="'auto' picks cuda when a GPU is visible to the replica, else cpu."
+    )
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="'auto' is bfloat16 on CUDA and float32 on CPU."
+    )
+    num_threads: int | None = Field(
+        None,
+        ge=1,
+        description="torch CPU threads. Ray sets OMP_NUM_THREADS=1 in replicas with fractional CPUs, "
+        "so the default (None) uses the replica's reserved CPUs rounded up.",
+    )
+    max_running_requests: int = Field(
+        32, ge=1, le=4096, description="Sequences decoded together in one batch (continuous batching)."
+    )
+    max_queued_requests: int = Field(
+        256,
+        ge=0,
+        description="Requests accepted but not yet running; beyond this the engine answers overloaded (429).",
+    )
+    max_batch_tokens: int | None = Field(
+        None, ge=16, description="Tokens processed per forward step (prefill chunking); None lets transformers pick."
+    )
+    num_blocks: int | None = Field(
+        None, ge=1, description="KV cache blocks; None lets transformers size the cache from free memory."
+    )
+    page_size: int = Field(16, ge=1, description="Tokens per KV cache block.")
+    context_length: int | None = Field(
+        None, ge=16, description="Cap on prompt + output tokens; None uses the model's max_position_embeddings."
+    )
+    attn_implementation: str | None = Field(
+        None, description="Override transformers' attention kernel (for example 'sdpa_paged')."
+    )
+    seed: int = Field(0, description="Seed of the engine's sampler (transformers CB has one generator).")
+    coalesce: CoalesceConfig = Field(default_factory=CoalesceConfig)
+
+
+# What a variant declares about its weights; engines/checkpoint.py checks it against the checkpoint files
+# (a variant declared float16 but pointed at FP8 or INT4 weights serves garbage, so it must not start).
+Quantization = Literal[
+    "none",  # unquantized weights (in ``dtype``)
+    "fp8",  # FP8 weights (ModelOpt FP8, per-channel or block scales)
+    "nvfp4",  # NVFP4 (Blackwell)
+    "int4_awq",  # INT4 weights, AWQ (ModelOpt W4A16_AWQ, HF quant_method 'awq')
+    "w4a8_awq",  # INT4 weights with FP8 activations, AWQ
+    "int8_sq",  # INT8 weights and activations, SmoothQuant
+    "int8_weight_only",  # INT8 weights, 16-bit activations
+    "int4_weight_only",  # INT4 weights, 16-bit activations (no AWQ / GPTQ)
+    "int4_gptq",  # INT4 weights, GPTQ
+]
+
+DeclaredDtype = Literal["auto", "float16", "bfloat16", "float32"]
+
+_QUANTIZATION_DESCRIPTION = (
+    "The weights' quantization as the checkpoint must carry it (TensorRT-LLM reads it from the checkpoint; this "
+    "field states it again so that a wrong path is refused at start instead of serving garbage). None: when dtype "
+    "is not 'auto', the variant declares unquantized weights in that dtype; otherwise nothing is checked."
+)
+
+
+class KvCacheSettings(_Strict):
+    """TensorRT-LLM's KV cache settings (``tensorrt_llm.llmapi.KvCacheConfig``)."""
+
+    free_gpu_memory_fraction: float = Field(
+        0.9,
+        gt=0,
+        le=1,
+        description="Fraction of the GPU memory left free after loading the weights that the KV cache takes.",
+    )
+    enable_block_reuse: bool = Field(
+        True, description="Reuse KV cache blocks across requests sharing a prefix (prefix caching)."
+    )
+    max_tokens: int | None = Field(
+        None, ge=1, description="Upper bound on the tokens the KV cache holds; None sizes it from memory alone."
+    )
+
+
+class TRTLLMEngineConfig(_Strict):
+    """TensorRT-LLM in-process (``tensorrt_llm.LLM``): needs tensorrt_llm importable beside ray[serve]."""
+
+    backend: Literal["trtllm"] = "trtllm"
+    model: str = Field(
+        description="A Hugging Face checkpoint directory (pre-quantized ModelOpt exports carry their "
+        "quantization), a hub id where a hub is reachable, or a prebuilt TensorRT engine directory "
+        "(trtllm-build output, loaded through tensorrt_llm._tensorrt_engine.LLM where the installed version "
+        "still has it)."
+    )
+    tokenizer: str | None = Field(
+        None, description="Tokenizer directory or id; None uses the model's (engine directories need one)."
+    )
+    engine_format: Literal["auto", "pytorch", "tensorrt_engine"] = Field(
+        "auto",
+        description="'pytorch': tensorrt_llm.LLM (the 1.x default). 'tensorrt_engine': a prebuilt engine "
+        "directory through the legacy backend. 'auto' picks tensorrt_engine when the model directory's "
+        "config.json has a build_config.",
+    )
+    tensor_parallel_size: int = Field(
+        1,
+        ge=1,
+        description="GPUs one replica shards the model over. The replica must reserve as many GPUs "
+        "(num_gpus); TensorRT-LLM's MPI workers inherit its CUDA_VISIBLE_DEVICES.",
+    )
+    dtype: DeclaredDtype = Field(
+        "auto", description="Activation / unquantized weight dtype; 'auto' takes the checkpoint's."
+    )
+    quantization: Quantization | None = Field(None, description=_QUANTIZATION_DESCRIPTION)
+    max_batch_size: int | None = Field(
+        None, ge=1, description="Requests scheduled together; None keeps TensorRT-LLM's default."
+    )
+    max_num_tokens: int | None = Field(
+        None, ge=1, description="Tokens in one forward step (all requests); None keeps TensorRT-LLM's default."
+    )
+    max_seq_len: int | None = Field(
+        None,
+        ge=16,
+        description="Longest prompt + output; None uses the checkpoint's (max_position_embeddings, or the "
+        "engine's build max_seq_len). Must not exceed the model's.",
+    )
+    enable_chunked_prefill: bool = Field(
+        False, description="Split long prompts over several steps so that decoding requests keep flowing."
+    )
+    kv_cache: KvCacheSettings = Field(default_factory=KvCacheSettings)
+    stats_interval_s: float = Field(
+        1.0,
+        gt=0,
+        le=60,
+        description="How often the replica drains TensorRT-LLM's iteration stats (KV use, active requests).",
+    )
+    extra_llm_args: dict[str, Any] = Field(
+        default_factory=dict,
+        description="More keyword arguments for tensorrt_llm.LLM (TorchLlmArgs fields, e.g. "
+        "cuda_graph_config); they override the ones built from the fields above.",
+    )
+    coalesce: CoalesceConfig = Field(default_factory=CoalesceConfig)
+
+
+# The sidecar's default command: trtllm-serve in its own environment (see docs/tensorrt-llm.md).
+DEFAULT_SERVER_COMMAND = (
+    "trtllm-serve",
+    "serve",
+    "{model}",
+    "--host",
+    "{host}",
+    "--port",
+    "{port}",
+    "--tp_size",
+    "{tp}",
+)
+SERVER_COMMAND_FIELDS = frozenset({"model", "host", "port", "tp", "max_seq_len"})
+
+
+class OpenAIServerEngineConfig(_Strict):
+    """An engine server process per replica (default: trtllm-serve), or a running server, over the OpenAI API."""
+
+    backend: Literal["openai_server"] = "openai_server"
+    model: str = Field(
+        description="The checkpoint the server loads: '{model}' in the command, and checked against the "
+        "declared dtype / quantization / tensor parallel size when it is a local directory. "
+        "'builtin:<name>' resolves to the generated directory."
+    )
+    served_model_name: str | None = Field(
+        None, description="The 'model' field sent in requests; None sends the (resolved) model."
+    )
+    url: str | None = Field(
+        None,
+        description="Base URL of an already running OpenAI-compatible server (vLLM, SGLang, trtllm-serve). "
+        "When set, no process is started and the command is ignored.",
+    )
+    command: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_SERVER_COMMAND),
+        min_length=1,
+        description="The server's command line, one argument per item, with placeholders {model}, {host}, "
+        "{port} (a free port picked at start), {tp} and {max_seq_len}. Started in its own process group; "
+        "it inherits the replica's environment (CUDA_VISIBLE_DEVICES included).",
+    )
+    env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables for the server.")
+    tensor_parallel_size: int = Field(
+        1, ge=1, description="GPUs the server shards the model over; the replica must reserve as many."
+    )
+    dtype: DeclaredDtype = Field("auto", description="The dtype the checkpoint must hold; 'auto' checks nothing.")
+    quantization: Quantization | None = Field(None, description=_QUANTIZATION_DESCRIPTION)
+    max_seq_len: int | None = Field(
+        None,
+        ge=16,
+        description="Longest prompt + output; None asks the checkpoint (or the server's /v1/models "
+        "max_model_len). Must not exceed the model's.",
+    )
+    prompt_format: Literal["token_ids", "text"] = Field(
+        "token_ids",
+        description="How the prompt is sent: 'token_ids' (a list of ids, accepted by trtllm-serve and vLLM) "
+        "or 'text' (decoded with the tokenizer, for servers that take strings only, like transformers serve).",
+    )
+    tokenizer: str | None = Field(
+        None, description="Tokenizer for prompt_format 'text'; None uses the model's directory."
+    )
+    sampling_extensions: bool = Field(
+        False,
+        description="Send top_k, ignore_eos and stop_token_ids (vLLM / trtllm-serve extensions of the OpenAI "
+        "API). Servers that accept only standard fields (transformers serve answers 422) need False; then a "
+        "request using them is refused.",
+    )
+    startup_timeout_s: float = Field(
+        900.0, gt=0, description="How long the server may take to answer /health after it was started."
+    )
+    health_timeout_s: float = Field(5.0, gt=0, description="Timeout of one /health probe.")
+    stream_idle_timeout_s: float = Field(
+        300.0, gt=0, description="Longest silence between two chunks of a stream before it counts as dead."
+    )
+    metrics_path: str | None = Field(
+        "/metrics",
+        description="Load endpoint polled for stats: trtllm-serve's iteration stats JSON or Prometheus text "
+        "(vLLM). None, or a server without it, falls back to counting this replica's open streams.",
+    )
+    stats_interval_s: float = Field(1.0, gt=0, le=60, description="How often the metrics endpoint is polled.")
+    shutdown_grace_s: float = Field(
+        10.0, ge=0, description="After SIGTERM, how long the server may take to exit before SIGKILL."
+    )
+    coalesce: CoalesceConfig = Field(default_factory=CoalesceConfig)
+
+    @field_validator("command")
+    @classmethod
+    def _known_placeholders(cls, command: list[str]) -> list[str]:
+        for arg in command:
+            for _, name, _, _ in string.Formatter().parse(arg):
+                if name is not None and name not in SERVER_COMMAND_FIELDS:
+                    known = ", ".join("{" + f + "}" for f in sorted(SERVER_COMMAND_FIELDS))
+                    raise ValueError(f"unknown placeholder {{{name}}} in {arg!r} (known: {known})")
+        return command
+
+
+# pydantic picks the member by ``backend`` (and names it in errors).
+EngineConfig = Annotated[
+    HFEngineConfig | TRTLLMEngineConfig | OpenAIServerEngineConfig, Field(discriminator="backend")
+]

@@ -1,0 +1,491 @@
+"""The ``openai_server`` backend: an engine server process beside the replica, spoken to over OpenAI's API.
+
+TensorRT-LLM 1.2 pins fastapi<=0.121 while ray[serve] 2.60 needs fastapi>=0.133, so in practice TensorRT-LLM
+lives in its own environment. Each replica then starts its own ``trtllm-serve`` (any command template) on
+the GPUs Ray gave it (the child inherits ``CUDA_VISIBLE_DEVICES``), on a free loopback port, and streams
+``POST /v1/completions``. Or it talks to an already running server (``url``: vLLM, SGLang, trtllm-serve).
+
+Contract details and why:
+
+* Cancelling the stream closes the HTTP response, which closes the connection: trtllm-serve, vLLM and
+  transformers serve all abort a request whose client disconnected. There is no separate abort call.
+* SSE is parsed with httpx-sse; ``data: [DONE]`` ends a stream, but a stream may also just end after its
+  finishing chunk (transformers serve sends no [DONE]). A stream that ends *before* a finish reason, or
+  whose connection breaks, means the server died: ``EngineDeadError``.
+* Stop strings are sent to the server and also matched here: servers differ in whether they cut the stop
+  string and whether they leak its first characters while it is still undecided (transformers includes
+  it; TensorRT-LLM streams a prefix before it cuts), so the text we pass on holds both back.
+* Only standard OpenAI fields are sent unless ``sampling_extensions`` is on: strict servers (transformers
+  serve) answer 422 to anything else.
+* The OpenAI completions protocol returns text, not token ids; deltas carry ids only when the server adds
+  them (vLLM's ``token_ids``), and ``completion_tokens`` counts chunks until the server's usage says more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+from httpx_sse import EventSource
+
+from engines.checkpoint import CheckpointInfo, validate_checkpoint, visible_gpu_count
+from engines.coalesce import coalesce
+from engines.config import OpenAIServerEngineConfig
+from engines.errors import EngineConfigError, EngineDeadError, InvalidRequestError, OverloadedError
+from engines.protocol import (
+    FINISH_ABORT,
+    FINISH_LENGTH,
+    FINISH_STOP,
+    Delta,
+    Engine,
+    EngineStats,
+    GenerationRequest,
+    SamplingParams,
+    validate_request,
+)
+from engines.rate import TokenRate
+from engines.stop_strings import StopStringMatcher
+from engines.trtllm import iteration_load
+
+logger = logging.getLogger(__name__)
+
+_LOG_TAIL_BYTES = 4000
+_FINISH_REASONS = {"stop": FINISH_STOP, "length": FINISH_LENGTH, "abort": FINISH_ABORT, "cancelled": FINISH_ABORT}
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nobody listens on right now (the server binds it a moment later; a clash fails its start)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def server_argv(command: list[str], **fields: Any) -> list[str]:
+    """The command template with its placeholders filled; EngineConfigError for one without a value."""
+    try:
+        return [arg.format(**fields) for arg in command]
+    except KeyError as e:
+        raise EngineConfigError(f"engine.command uses {{{e.args[0]}}}, which has no value here") from None
+
+
+def completion_body(
+    request: GenerationRequest, *, model: str, prompt: list[int] | str, max_tokens: int, extensions: bool
+) -> dict[str, Any]:
+    """The ``/v1/completions`` request for ``request``: standard fields, plus extensions when allowed."""
+    s: SamplingParams = request.sampling
+    body: dict[str, Any] = {
+        "model": model,
+        "prompt": prompt,
+        "max_tokens": max_tokens,  # always: servers' defaults are tiny (16 in OpenAI's API)
+        "temperature": s.temperature,
+        "top_p": s.top_p,
+        "stream": True,
+    }
+    if s.seed is not None:
+        body["seed"] = s.seed
+    if s.stop:
+        body["stop"] = list(s.stop)
+    wanted = {"top_k": s.top_k or None, "ignore_eos": s.ignore_eos or None, "stop_token_ids": s.stop_token_ids}
+    wanted = {k: v for k, v in wanted.items() if v}
+    if wanted and not extensions:
+        names = ", ".join(wanted)
+        raise InvalidRequestError(
+            f"this model's engine server accepts only standard OpenAI sampling fields: {names} not supported.",
+            param=next(iter(wanted)),
+        )
+    body.update(wanted)
+    return body
+
+
+@dataclass(slots=True)
+class ServerLoad:
+    """What the server's metrics endpoint said last (None: it does not say)."""
+
+    queued: int | None = None
+    running: int | None = None
+    kv_used: int = 0
+    kv_total: int = 0
+
+
+def parse_metrics(content_type: str, body: str, open_requests: int) -> ServerLoad | None:
+    """Load from trtllm-serve's ``/metrics`` (iteration stats JSON) or Prometheus text (vLLM); None if neither."""
+    if "json" in content_type:
+        entries = json.loads(body)
+        if isinstance(entries, list) and entries and isinstance(entries[-1], dict):
+            queued, running, kv_used, kv_total = iteration_load(entries[-1], open_requests)
+            return ServerLoad(queued, running, kv_used, kv_total)
+        return None  # no iteration since the last read: entries are consumed when read
+    from prometheus_client.parser import text_string_to_metric_families
+
+    values: dict[str, float] = {}
+    for family in text_string_to_metric_families(body):
+        for sample in family.samples:
+            values[sample.name] = values.get(sample.name, 0.0) + sample.value
+    if "vllm:num_requests_running" not in values:
+        return None
+    kv = values.get("vllm:kv_cache_usage_perc", values.get("vllm:gpu_cache_usage_perc", 0.0))
+    return ServerLoad(
+        queued=int(values.get("vllm:num_requests_waiting", 0)),
+        running=int(values["vllm:num_requests_running"]),
+        kv_used=round(kv * 1000),  # a fraction, reported in thousandths of the cache
+        kv_total=1000,
+    )
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    # Ray kills a failed replica with SIGKILL; without this its server would live on, holding the GPUs.
+    if sys.platform == "linux":
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+class OpenAIServerEngine(Engine):
+    """A per-replica engine server process (or a remote URL) behind the engine contract."""
+
+    def __init__(self, config: OpenAIServerEngineConfig) -> None:
+        self._config = config
+        self._process: subprocess.Popen | None = None
+        self._log_path: Path | None = None
+        self._client: httpx.AsyncClient | None = None
+        self._base_url = ""
+        self._served_model = config.served_model_name or config.model
+        self._tokenizer: Any = None
+        self._checkpoint: CheckpointInfo | None = None
+        self._context_length = 0
+        self._open = 0
+        self._load: ServerLoad | None = None
+        self._stats_task: asyncio.Task | None = None
+        self._rate = TokenRate()
+        self._closed: str | None = None
+
+    @property
+    def context_length(self) -> int:
+        return self._context_length
+
+    @property
+    def base_url(self) -> str:
+        return self._base_url
+
+    @property
+    def process(self) -> subprocess.Popen | None:
+        """The managed server process (None with ``url``)."""
+        return self._process
+
+    @property
+    def log_path(self) -> Path | None:
+        """Where the managed server's stdout and stderr go."""
+        return self._log_path
+
+    async def start(self) -> None:
+        config = self._config
+        model = config.model
+        if model.startswith("builtin:"):
+            from engines.builtin import resolve_model
+
+            model = await asyncio.to_thread(resolve_model, model)
+        self._served_model = config.served_model_name or model
+        self._checkpoint = validate_checkpoint(
+            model,
+            dtype=config.dtype,
+            quantization=config.quantization,
+            tensor_parallel_size=config.tensor_parallel_size,
+            max_seq_len=config.max_seq_len,
+            # A remote server's GPUs are not ours to count.
+            num_gpus=None if config.url else visible_gpu_count(),
+        )
+        if config.prompt_format == "text":
+            self._tokenizer = await asyncio.to_thread(_load_tokenizer, config.tokenizer or model)
+        if config.url:
+            self._base_url = config.url.rstrip("/")
+        else:
+            port = free_port()
+            self._base_url = f"http://127.0.0.1:{port}"
+            argv = server_argv(
+                config.command,
+                model=model,
+                host="127.0.0.1",
+                port=port,
+                tp=config.tensor_parallel_size,
+                max_seq_len=config.max_seq_len if config.max_seq_len is not None else "",
+            )
+            self._start_process(argv)
+        self._client = httpx.AsyncClient(
+            base_url=self._base_url,
+            timeout=httpx.Timeout(config.stream_idle_timeout_s, connect=config.health_timeout_s),
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=32),
+        )
+        try:
+            await self._wait_until_healthy()
+            self._context_length = await self._resolve_context_length()
+        except BaseException:
+            await self.shutdown()
+            raise
+        self._stats_task = asyncio.create_task(self._poll_metrics(), name="openai-server-metrics")
+
+    def _start_process(self, argv: list[str]) -> None:
+        fd, log_name = tempfile.mkstemp(prefix="openai-server-", suffix=".log")
+        self._log_path = Path(log_name)
+        env = {**os.environ, **self._config.env}
+        try:
+            # Its own process group (session): shutdown() signals the server and its workers together.
+            self._process = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=fd,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
+        except OSError as e:
+            raise EngineConfigError(
+                f"cannot start the engine server {argv[0]!r}: {e}. Is it installed in this environment "
+                "(or set engine.url to a running server)? See docs/tensorrt-llm.md."
+            ) from None
+        finally:
+            os.close(fd)
+        logger.info("started engine server pid %s: %s (log %s)", self._process.pid, argv, self._log_path)
+
+    async def _wait_until_healthy(self) -> None:
+        deadline = time.monotonic() + self._config.startup_timeout_s
+        pause = 0.1
+        while True:
+            exited = self._exit_reason()
+            if exited is not None:
+                raise EngineConfigError(f"the engine server exited while starting: {exited}")
+            try:
+                response = await self._client_or_dead().get("/health", timeout=self._config.health_timeout_s)
+                if response.status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass  # not listening yet
+            if time.monotonic() > deadline:
+                raise EngineConfigError(
+                    f"the engine server at {self._base_url} did not answer /health within "
+                    f"{self._config.startup_timeout_s:g} s{self._log_tail_note()}"
+                )
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 2.0)
+
+    async def _resolve_context_length(self) -> int:
+        if self._config.max_seq_len is not None:
+            return self._config.max_seq_len
+        if self._checkpoint is not None and self._checkpoint.max_seq_len:
+            return self._checkpoint.max_seq_len
+        with contextlib.suppress(httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
+            # vLLM and SGLang say it in /v1/models.
+            models = (await self._client_or_dead().get("/v1/models")).json()["data"]
+            max_model_len = next((m.get("max_model_len") for m in models if m.get("max_model_len")), None)
+            if max_model_len:
+                return int(max_model_len)
+        raise EngineConfigError(
+            f"cannot tell the context length of {self._config.model!r} (no local config.json and the server "
+            "does not say): set engine.max_seq_len."
+        )
+
+    def generate(self, request: GenerationRequest) -> AsyncIterator[Delta]:
+        return coalesce(self._stream(request), self._config.coalesce.interval_ms / 1000.0)
+
+    async def _stream(self, request: GenerationRequest) -> AsyncIterator[Delta]:
+        client = self._client_or_dead()
+        validate_request(request, context_length=self._context_length)
+        n_prompt = len(request.prompt_token_ids)
+        prompt: list[int] | str = request.prompt_token_ids
+        if self._tokenizer is not None:
+            prompt = self._tokenizer.decode(request.prompt_token_ids, skip_special_tokens=True)
+        body = completion_body(
+            request,
+            model=self._served_model,
+            prompt=prompt,
+            max_tokens=min(request.sampling.max_tokens, self._context_length - n_prompt),
+            extensions=self._config.sampling_extensions,
+        )
+        self._open += 1
+        try:
+            async with client.stream("POST", "/v1/completions", json=body) as response:
+                await _raise_for_status(response)
+                async for delta in self._deltas(request, response):
+                    yield delta
+        except httpx.TransportError as e:  # connection refused / reset / cut mid-body / idle timeout
+            raise EngineDeadError(self._dead_reason(f"the engine server's stream broke ({e!r})")) from None
+        finally:
+            self._open -= 1
+
+    async def _deltas(self, request: GenerationRequest, response: httpx.Response) -> AsyncIterator[Delta]:
+        stops = StopStringMatcher(request.sampling.stop)
+        n_prompt = len(request.prompt_token_ids)
+        completion_tokens = 0
+        first_token_time: float | None = None
+        async for event in EventSource(response).aiter_sse():
+            if event.data.strip() == "[DONE]":
+                break
+            chunk = json.loads(event.data)
+            if "error" in chunk or chunk.get("object") == "error":
+                error = chunk.get("error", chunk.get("message"))
+                raise EngineDeadError(f"the engine server failed mid-stream: {error}")
+            choices = chunk.get("choices") or [{}]
+            choice = next((c for c in choices if c.get("index", 0) == 0), {})
+            piece = choice.get("text") or ""
+            ids = list(choice.get("token_ids") or [])
+            completion_tokens += len(ids) or (1 if piece else 0)
+            usage = chunk.get("usage") or {}
+            completion_tokens = usage.get("completion_tokens") or completion_tokens
+            if (piece or ids) and first_token_time is None:
+                first_token_time = time.time()
+            self._rate.add(len(ids) or (1 if piece else 0), time.monotonic())
+            text, stopped = stops.feed(piece)
+            reason = choice.get("finish_reason")
+            finish = FINISH_STOP if stopped else None
+            if finish is None and reason is not None:
+                finish = _FINISH_REASONS.get(reason, FINISH_STOP)
+                text += stops.flush()  # it ended for another reason: the held text was real output
+            if text or ids or finish is not None:
+                yield Delta(
+                    text=text,
+                    token_ids=ids,
+                    finish_reason=finish,
+                    prompt_tokens=n_prompt,
+                    completion_tokens=completion_tokens,
+                    first_token_time=first_token_time,
+                    arrival_time=request.arrival_time,
+                )
+            if finish is not None:
+                return  # a stop string we cut ourselves: leaving closes the stream, the server aborts
+        raise EngineDeadError(self._dead_reason("the engine server ended the stream before the request finished"))
+
+    async def _poll_metrics(self) -> None:
+        path = self._config.metrics_path
+        if path is None:
+            return
+        client = self._client_or_dead()
+        while True:
+            try:
+                response = await client.get(path, timeout=self._config.health_timeout_s)
+                if response.status_code == 404:
+                    logger.info("engine server has no %s: load falls back to open streams", path)
+                    return
+                if response.status_code == 200:
+                    load = parse_metrics(response.headers.get("content-type", ""), response.text, self._open)
+                    if load is not None:
+                        self._load = load
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # metrics are best effort; health checks catch a dead server
+                logger.debug("engine server metrics unavailable: %r", e)
+            await asyncio.sleep(self._config.stats_interval_s)
+
+    def stats(self) -> EngineStats:
+        load = self._load or ServerLoad()
+        running = load.running if load.running is not None else self._open
+        return EngineStats(
+            queued_requests=load.queued or 0,
+            running_requests=running,
+            kv_blocks_used=load.kv_used,
+            kv_blocks_total=load.kv_total,
+            tokens_per_s=self._rate.rate(time.monotonic()),
+            healthy=self._closed is None and self._exit_reason() is None,
+            context_length=self._context_length,
+        )
+
+    async def check_health(self) -> None:
+        client = self._client_or_dead()
+        try:
+            response = await client.get("/health", timeout=self._config.health_timeout_s)
+        except httpx.HTTPError as e:
+            raise EngineDeadError(self._dead_reason(f"the engine server's /health failed ({e!r})")) from None
+        if response.status_code != 200:
+            raise EngineDeadError(
+                self._dead_reason(f"the engine server's /health answered {response.status_code}: {response.text}")
+            )
+
+    def _client_or_dead(self) -> httpx.AsyncClient:
+        if self._closed is not None:
+            raise EngineDeadError(self._closed)
+        exited = self._exit_reason()
+        if exited is not None:
+            raise EngineDeadError(f"the engine server died: {exited}")
+        if self._client is None:
+            raise EngineDeadError("the openai_server engine is not started")
+        return self._client
+
+    def _dead_reason(self, fallback: str) -> str:
+        exited = self._exit_reason()
+        if self._closed is not None:
+            return self._closed
+        return f"the engine server died: {exited}" if exited is not None else fallback
+
+    def _exit_reason(self) -> str | None:
+        if self._process is None or self._process.poll() is None:
+            return None
+        return f"exit code {self._process.returncode}{self._log_tail_note()}"
+
+    def _log_tail_note(self) -> str:
+        if self._log_path is None:
+            return ""
+        try:
+            with self._log_path.open("rb") as f:
+                f.seek(max(0, self._log_path.stat().st_size - _LOG_TAIL_BYTES))
+                tail = f.read().decode("utf-8", "replace").strip()
+        except OSError:
+            return ""
+        return f"\n--- last lines of its output ({self._log_path}) ---\n{tail}" if tail else ""
+
+    async def shutdown(self) -> None:
+        self._closed = "the openai_server engine was shut down"
+        if self._stats_task is not None:
+            self._stats_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._stats_task
+        if self._client is not None:
+            await self._client.aclose()
+        if self._process is not None:
+            await asyncio.to_thread(_terminate, self._process, self._config.shutdown_grace_s)
+
+
+async def _raise_for_status(response: httpx.Response) -> None:
+    if response.status_code == 200:
+        return
+    detail = (await response.aread()).decode("utf-8", "replace")[:2000]
+    status = response.status_code
+    if status == 429:
+        raise OverloadedError(f"the engine server is overloaded: {detail}")
+    if 400 <= status < 500:
+        raise InvalidRequestError(f"the engine server refused the request ({status}): {detail}")
+    raise EngineDeadError(f"the engine server failed ({status}): {detail}")
+
+
+def _terminate(process: subprocess.Popen, grace_s: float) -> None:
+    """SIGTERM the server's process group, SIGKILL it after ``grace_s``; waits for the server to exit."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        pass
+    # Also any worker (MPI ranks) the server left behind in its group.
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+
+
+def _load_tokenizer(path: str) -> Any:
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError) as e:
+        raise EngineConfigError(f"prompt_format 'text' needs a tokenizer, but {path!r} has none: {e}") from None

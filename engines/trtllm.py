@@ -1,0 +1,378 @@
+"""The ``trtllm`` backend: TensorRT-LLM's ``LLM`` API in the replica's own process.
+
+Written against TensorRT-LLM 1.x (NVIDIA/TensorRT-LLM): ``tensorrt_llm/llmapi/llm.py`` (``LLM``,
+``generate_async``, ``get_stats_async``), ``llmapi/llm_args.py`` (``TorchLlmArgs``, ``KvCacheConfig``),
+``sampling_params.py`` and ``executor/result.py`` (``GenerationResult``, ``CompletionOutput``). What the
+mapping relies on, since a wrong guess here fails silently:
+
+* ``generate_async(ids, sampling_params, streaming=True)`` returns one ``RequestOutput`` that iterating
+  *mutates* and yields again; ``outputs[0].text`` / ``token_ids`` hold everything so far (``text_diff`` /
+  ``token_ids_diff`` slice them). We diff the full values ourselves: with a stop string the library cuts
+  ``text`` back below what ``text_diff`` already handed out (result.py, DetokenizedGenerationResultBase).
+* Leaving the ``async for`` does NOT abort the request: the executor keeps generating until
+  ``max_tokens``. Only ``RequestOutput.abort()`` frees the slot (result.py, GenerationResult.abort).
+* ``SamplingParams.max_tokens`` defaults to 32, so it is always passed. ``top_k``/``top_p`` left None mean
+  greedy (``SamplingParams._greedy_decoding``), so sampling passes them explicitly.
+* ``get_stats_async(timeout)`` yields iteration-stats dicts that are consumed when read (one reader per
+  process: this engine), and the PyTorch backend collects them only with ``enable_iter_perf_stats=True``.
+* Tensor parallelism > 1 starts MPI workers that inherit this process's ``CUDA_VISIBLE_DEVICES``: the
+  replica reserves ``num_gpus = tensor_parallel_size`` and nothing else touches placement (see
+  docs/tensorrt-llm.md for why ``orchestrator_type="ray"`` must not be used inside a Serve replica).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from engines.checkpoint import CheckpointInfo, validate_checkpoint, visible_gpu_count
+from engines.coalesce import coalesce
+from engines.config import TRTLLMEngineConfig
+from engines.errors import EngineConfigError, EngineDeadError, InvalidRequestError
+from engines.protocol import (
+    FINISH_ABORT,
+    FINISH_LENGTH,
+    FINISH_STOP,
+    Delta,
+    Engine,
+    EngineStats,
+    GenerationRequest,
+    SamplingParams,
+    validate_request,
+)
+from engines.rate import TokenRate
+from engines.stop_strings import StopStringMatcher
+
+logger = logging.getLogger(__name__)
+
+MISSING_TENSORRT_LLM = (
+    "engine backend 'trtllm' runs TensorRT-LLM inside the replica, but the Python package 'tensorrt_llm' is "
+    "not importable here ({error}). Either run the replicas in an environment that has TensorRT-LLM 1.x "
+    "beside ray[serve] (NVIDIA's TensorRT-LLM container, or `pip install tensorrt-llm` from NVIDIA's index), "
+    "or use backend 'openai_server', which starts trtllm-serve from its own environment next to each "
+    "replica. See docs/tensorrt-llm.md."
+)
+
+# CompletionOutput.finish_reason values (executor/result.py) -> ours.
+_FINISH_REASONS = {
+    "stop": FINISH_STOP,
+    "length": FINISH_LENGTH,
+    "cancelled": FINISH_ABORT,
+    "timeout": FINISH_ABORT,
+}
+
+
+def import_tensorrt_llm(engine_format: str) -> tuple[Any, Any, Any]:
+    """``(LLM class, SamplingParams, KvCacheConfig)`` of the installed TensorRT-LLM, or EngineConfigError."""
+    try:
+        trtllm = importlib.import_module("tensorrt_llm")
+        llmapi = importlib.import_module("tensorrt_llm.llmapi")
+    except ImportError as e:
+        raise EngineConfigError(MISSING_TENSORRT_LLM.format(error=e)) from None
+    llm_cls = trtllm.LLM
+    if engine_format == "tensorrt_engine":
+        try:
+            # The compiled-engine backend left the public LLM in 1.0 and main in 2026.
+            llm_cls = importlib.import_module("tensorrt_llm._tensorrt_engine").LLM
+        except (ImportError, AttributeError):
+            version = getattr(trtllm, "__version__", "?")
+            raise EngineConfigError(
+                f"the model is a prebuilt TensorRT engine directory, but the installed TensorRT-LLM "
+                f"{version} has no engine backend (tensorrt_llm._tensorrt_engine). Serve the Hugging Face "
+                "checkpoint instead (engine_format 'pytorch'), or install a TensorRT-LLM that still has it."
+            ) from None
+    return llm_cls, trtllm.SamplingParams, llmapi.KvCacheConfig
+
+
+def llm_kwargs(config: TRTLLMEngineConfig, model: str, engine_format: str, kv_cache_config_cls: Any) -> dict:
+    """Keyword arguments for ``LLM(...)`` (``TorchLlmArgs`` / ``TrtLlmArgs`` field names)."""
+    kv = config.kv_cache
+    kwargs: dict[str, Any] = {
+        "model": model,
+        "tensor_parallel_size": config.tensor_parallel_size,
+        "dtype": config.dtype,
+        "kv_cache_config": kv_cache_config_cls(
+            free_gpu_memory_fraction=kv.free_gpu_memory_fraction,
+            enable_block_reuse=kv.enable_block_reuse,
+            max_tokens=kv.max_tokens,
+        ),
+        "enable_chunked_prefill": config.enable_chunked_prefill,
+    }
+    if config.tokenizer is not None:
+        kwargs["tokenizer"] = config.tokenizer
+    for name in ("max_batch_size", "max_num_tokens", "max_seq_len"):
+        if getattr(config, name) is not None:
+            kwargs[name] = getattr(config, name)
+    if engine_format == "pytorch":
+        # The PyTorch backend collects iteration stats (our load signal) only when asked.
+        kwargs["enable_iter_perf_stats"] = True
+    kwargs.update(config.extra_llm_args)
+    return kwargs
+
+
+def sampling_kwargs(s: SamplingParams, max_tokens: int) -> dict[str, Any]:
+    """Keyword arguments for ``tensorrt_llm.SamplingParams`` (sampling_params.py) from ours."""
+    kwargs: dict[str, Any] = {
+        "max_tokens": max_tokens,  # its default is 32: never leave it out
+        "seed": s.seed,
+        "ignore_eos": s.ignore_eos,
+        "detokenize": True,
+    }
+    if s.greedy:
+        kwargs["top_k"] = 1  # greedy in the C++ sampler; temperature is then irrelevant
+    else:
+        kwargs.update(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k)  # top_k 0: all logits
+    if s.stop:
+        kwargs["stop"] = list(s.stop)
+        kwargs["include_stop_str_in_output"] = False
+    if s.stop_token_ids:
+        kwargs["stop_token_ids"] = list(s.stop_token_ids)
+    return kwargs
+
+
+def iteration_load(stats: dict[str, Any] | None, open_requests: int) -> tuple[int, int, int, int]:
+    """``(queued, running, kv_used, kv_total)`` from the last iteration stats and our open requests.
+
+    Iteration stats only appear while the engine steps, so when idle the last entry is stale: our own
+    count of open requests caps it (this engine is the only client of its LLM).
+    """
+    stats = stats or {}
+    running = min(open_requests, int(stats.get("numActiveRequests", open_requests)))
+    kv = stats.get("kvCacheStats") or {}
+    return open_requests - running, running, int(kv.get("usedNumBlocks", 0)), int(kv.get("maxNumBlocks", 0))
+
+
+def _finish_reason(request_finished: bool, reason: str | None) -> str | None:
+    """Our finish reason for a step of a RequestOutput (None while it runs)."""
+    if reason in _FINISH_REASONS:
+        return _FINISH_REASONS[reason]
+    # Finished without a reason we know ('not_finished' belongs to disaggregated serving): not a success.
+    return FINISH_ABORT if request_finished else None
+
+
+class TRTLLMEngine(Engine):
+    """``tensorrt_llm.LLM`` behind the engine contract (see the module docstring for the API it relies on)."""
+
+    def __init__(self, config: TRTLLMEngineConfig) -> None:
+        self._config = config
+        self._llm: Any = None
+        self._sampling_params_cls: Any = None
+        self._context_length = 0
+        self._checkpoint: CheckpointInfo | None = None
+        self._open: dict[str, Any] = {}  # request_id -> RequestOutput, for stats and shutdown
+        self._iteration_stats: dict[str, Any] | None = None
+        self._stats_task: asyncio.Task | None = None
+        self._rate = TokenRate()
+        self._dead: str | None = None
+        self._stopping: asyncio.Future[None] | None = None  # resolved by shutdown()
+
+    @property
+    def context_length(self) -> int:
+        return self._context_length
+
+    @property
+    def checkpoint(self) -> CheckpointInfo | None:
+        return self._checkpoint
+
+    async def start(self) -> None:
+        config = self._config
+        self._stopping = asyncio.get_running_loop().create_future()
+        model = config.model
+        if model.startswith("builtin:"):
+            from engines.builtin import resolve_model
+
+            model = await asyncio.to_thread(resolve_model, model)
+        self._checkpoint = validate_checkpoint(
+            model,
+            dtype=config.dtype,
+            quantization=config.quantization,
+            tensor_parallel_size=config.tensor_parallel_size,
+            max_seq_len=config.max_seq_len,
+            num_gpus=visible_gpu_count(),
+        )
+        engine_format = config.engine_format
+        if engine_format == "auto":
+            is_engine = self._checkpoint is not None and self._checkpoint.kind == "trtllm_engine"
+            engine_format = "tensorrt_engine" if is_engine else "pytorch"
+        llm_cls, self._sampling_params_cls, kv_cache_config_cls = import_tensorrt_llm(engine_format)
+        kwargs = llm_kwargs(config, model, engine_format, kv_cache_config_cls)
+        try:
+            # Loading takes minutes and blocks: keep the replica's event loop (health checks) responsive.
+            self._llm = await asyncio.to_thread(llm_cls, **kwargs)
+        except (ValueError, TypeError, RuntimeError, OSError) as e:
+            raise EngineConfigError(f"TensorRT-LLM could not load {model!r}: {e}") from e
+        self._context_length = self._resolve_context_length()
+        self._stats_task = asyncio.create_task(self._poll_stats(), name="trtllm-stats")
+
+    def _resolve_context_length(self) -> int:
+        args = getattr(self._llm, "args", None)
+        for candidate in (
+            self._config.max_seq_len,
+            getattr(args, "max_seq_len", None),
+            self._checkpoint.max_seq_len if self._checkpoint else None,
+        ):
+            if isinstance(candidate, int) and candidate > 0:
+                return candidate
+        raise EngineConfigError(
+            f"cannot tell the context length of {self._config.model!r}: set engine.max_seq_len."
+        )
+
+    def generate(self, request: GenerationRequest) -> AsyncIterator[Delta]:
+        return coalesce(self._stream(request), self._config.coalesce.interval_ms / 1000.0)
+
+    async def _stream(self, request: GenerationRequest) -> AsyncIterator[Delta]:
+        self._ensure_alive()
+        validate_request(request, context_length=self._context_length)
+        n_prompt = len(request.prompt_token_ids)
+        # The context bounds the output: finish with 'length' when it is full, as the contract says.
+        max_tokens = min(request.sampling.max_tokens, self._context_length - n_prompt)
+        params = self._sampling_params_cls(**sampling_kwargs(request.sampling, max_tokens))
+        try:
+            output = self._llm.generate_async(request.prompt_token_ids, sampling_params=params, streaming=True)
+        except (ValueError, TypeError) as e:  # the LLM API's checks of one request (llm.py _check_arguments)
+            raise InvalidRequestError(f"TensorRT-LLM refused the request: {e}") from e
+        except RuntimeError as e:  # "LLM is shutting down"
+            raise EngineDeadError(f"TensorRT-LLM cannot take requests: {e}") from e
+        self._open[request.request_id] = output
+        finished = False
+        try:
+            async for delta in self._deltas(request, output):
+                finished = delta.finished
+                yield delta
+        except (InvalidRequestError, EngineDeadError):
+            raise
+        except Exception as e:
+            raise EngineDeadError(f"TensorRT-LLM failed during request {request.request_id}: {e}") from e
+        finally:
+            self._open.pop(request.request_id, None)
+            if not finished:
+                # Closing or cancelling the stream: without abort() the executor generates on.
+                with contextlib.suppress(Exception):
+                    output.abort()
+
+    async def _deltas(self, request: GenerationRequest, output: Any) -> AsyncIterator[Delta]:
+        stops = StopStringMatcher(request.sampling.stop)
+        n_prompt = len(request.prompt_token_ids)
+        sent_text = 0  # characters of outputs[0].text handed out (a prefix of the true text)
+        seen_text = 0  # characters of outputs[0].text fed to the stop matcher
+        sent_ids = 0
+        first_token_time: float | None = None
+        steps = aiter(output)
+        while True:
+            try:
+                out = await self._unless_shut_down(anext(steps))  # the same RequestOutput, mutated, each step
+            except StopAsyncIteration:
+                break
+            completion = out.outputs[0]
+            text, ids = completion.text, list(completion.token_ids)
+            new_ids = ids[sent_ids:]
+            sent_ids = max(sent_ids, len(ids))
+            if new_ids and first_token_time is None:
+                first_token_time = time.time()
+            self._rate.add(len(new_ids), time.monotonic())
+            finish = _finish_reason(out.finished, completion.finish_reason)
+            if finish == FINISH_ABORT and self._dead is not None:
+                raise EngineDeadError(self._dead)  # aborted by shutdown(), not by its consumer
+            if finish is not None:
+                # Final: TensorRT-LLM already cut the text at a stop string; hand out the rest of it.
+                new_text = text[sent_text:]
+            else:
+                new_text, stopped = stops.feed(text[seen_text:])
+                seen_text = max(seen_text, len(text))
+                if stopped:  # a stop string TensorRT-LLM did not catch (it cuts only whole matches)
+                    finish = FINISH_STOP
+                    output.abort()
+            sent_text += len(new_text)
+            delta = Delta(
+                text=new_text,
+                token_ids=new_ids,
+                finish_reason=finish,
+                prompt_tokens=n_prompt,
+                completion_tokens=len(ids),
+                first_token_time=first_token_time,
+                arrival_time=request.arrival_time,
+            )
+            if new_text or new_ids or finish is not None:
+                yield delta
+            if finish is not None:
+                return
+        # The iterator ended without a finish reason: the executor dropped the request.
+        raise EngineDeadError(f"TensorRT-LLM ended request {request.request_id} without a finish reason")
+
+    async def _unless_shut_down(self, step: Any) -> Any:
+        """Awaits one step of a request, or raises EngineDeadError when shutdown() stops the engine first.
+
+        After LLM.shutdown() no further step may ever arrive, and a stream must not hang on it.
+        """
+        task = asyncio.ensure_future(step)
+        try:
+            await asyncio.wait((task, self._stopping), return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            task.cancel()
+            raise
+        if task.done():
+            return task.result()
+        task.cancel()
+        raise EngineDeadError(self._dead or "the TensorRT-LLM engine was shut down")
+
+    async def _poll_stats(self) -> None:
+        interval = self._config.stats_interval_s
+        while True:
+            try:
+                # Entries are consumed when read; keep the newest. It returns early when nothing new.
+                async for entry in self._llm.get_stats_async(timeout=interval):
+                    self._iteration_stats = entry
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # stats are best effort: never let them take the engine down
+                logger.warning("TensorRT-LLM iteration stats unavailable: %s", e)
+            await asyncio.sleep(interval)
+
+    def stats(self) -> EngineStats:
+        queued, running, kv_used, kv_total = iteration_load(self._iteration_stats, len(self._open))
+        max_running = self._config.max_batch_size or int(
+            (self._iteration_stats or {}).get("maxNumActiveRequests", 0)
+        )
+        return EngineStats(
+            queued_requests=queued,
+            running_requests=running,
+            kv_blocks_used=kv_used,
+            kv_blocks_total=kv_total,
+            tokens_per_s=self._rate.rate(time.monotonic()),
+            healthy=self._dead is None and self._llm is not None,
+            context_length=self._context_length,
+            max_running_requests=max_running,
+        )
+
+    async def check_health(self) -> None:
+        self._ensure_alive()
+        executor = getattr(self._llm, "_executor", None)
+        if executor is not None and getattr(executor, "is_shutdown", lambda: False)():
+            self._dead = "TensorRT-LLM's executor has shut down"
+            raise EngineDeadError(self._dead)
+
+    def _ensure_alive(self) -> None:
+        if self._llm is None:
+            raise EngineDeadError(self._dead or "the TensorRT-LLM engine is not started")
+        if self._dead is not None:
+            raise EngineDeadError(self._dead)
+
+    async def shutdown(self) -> None:
+        self._dead = "the TensorRT-LLM engine was shut down"
+        if self._stopping is not None and not self._stopping.done():
+            self._stopping.set_result(None)
+        if self._stats_task is not None:
+            self._stats_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._stats_task
+        for output in list(self._open.values()):
+            with contextlib.suppress(Exception):
+                output.abort()
+        llm, self._llm = self._llm, None
+        if llm is not None:
+            await asyncio.to_thread(llm.shutdown)

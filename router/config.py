@@ -1,0 +1,194 @@
+"""The router's typed configuration: policy, objective, SLO tiers, admission control, latency profiles.
+
+The serve app embeds :class:`RouterConfig` as its ``router:`` section and may give each variant a
+:class:`LatencyProfile`. Like the rest of the project's configs these are strict: an unknown key or an
+impossible combination fails at load time with the offending field named.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationInfo, field_validator
+
+# Tier names travel in an HTTP header (x-slo-tier) and become metric labels: keep them plain.
+TIER_NAME_PATTERN = r"^[a-zA-Z0-9][a-zA-Z0-9._-]{0,62}$"
+TierName = Annotated[str, StringConstraints(pattern=TIER_NAME_PATTERN)]
+
+Policy = Literal["slo", "round_robin", "least_loaded", "length_threshold", "largest"]
+Objective = Literal["quality", "cost"]
+OnViolation = Literal["degrade", "reject"]
+
+
+class _Strict(BaseModel):
+    # A typo in a YAML key must fail the deploy, not silently fall back to a default.
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LatencyProfile(_Strict):
+    """Measured (or estimated) speed of one variant's replica; seeds its latency model before it learns.
+
+    The defaults are deliberately pessimistic for a GPU replica: an unprofiled variant is assumed slow
+    until finished requests show otherwise, so it is not flooded on its first second of traffic.
+    """
+
+    prefill_tokens_per_s: float = Field(
+        2000.0,
+        gt=0,
+        description="Prompt tokens one replica prefills per second; sets the prompt-length part of TTFT "
+        "and the cost of prefill work queued ahead of a request.",
+    )
+    base_ttft_ms: float = Field(
+        50.0,
+        ge=0,
+        description="TTFT of a one-token prompt on an idle replica: scheduling, the first decode step and "
+        "the trip back to the ingress.",
+    )
+    tpot_ms_at_batch_1: float = Field(
+        50.0, gt=0, description="Milliseconds per output token when the replica decodes one sequence."
+    )
+    tpot_ms_per_extra_seq: float = Field(
+        1.0,
+        ge=0,
+        description="How much TPOT grows for each further sequence in the running batch.",
+    )
+    mean_output_tokens: float = Field(
+        128.0,
+        ge=1,
+        description="Tokens a request generates on average; a request waiting for a running slot waits "
+        "for running requests to finish, which takes this many decode steps each.",
+    )
+
+
+class SLOTier(_Strict):
+    """A named class of service a client asks for with the ``x-slo-tier`` header."""
+
+    ttft_ms: float | None = Field(
+        None, gt=0, description="Target time to first token in milliseconds; None means no TTFT target."
+    )
+    tpot_ms: float | None = Field(
+        None,
+        gt=0,
+        description="Target time per output token (after the first) in milliseconds; None means none.",
+    )
+    priority: int = Field(
+        0,
+        ge=-100,
+        le=100,
+        description="Default priority of the tier's requests (a request's own priority overrides it); "
+        "higher priorities may find longer queues acceptable, see queue_bound_per_priority.",
+    )
+    sheddable: bool = Field(
+        False,
+        description="Requests of this tier are shed first under load: they are admitted only while queues "
+        "are below sheddable_queue_bound_per_replica.",
+    )
+
+
+def _default_tiers() -> dict[str, SLOTier]:
+    return {
+        "interactive": SLOTier(ttft_ms=300.0, tpot_ms=50.0, priority=1),
+        "standard": SLOTier(ttft_ms=2000.0, tpot_ms=100.0),
+        "batch": SLOTier(sheddable=True),
+    }
+
+
+class RouterConfig(_Strict):
+    """How the ingress picks a variant for each request of the public model."""
+
+    policy: Policy = Field(
+        "slo",
+        description="'slo' picks by predicted latency against each request's SLO; the others are baselines "
+        "for comparison: 'round_robin', 'least_loaded' (fewest running+queued per ready replica), "
+        "'length_threshold' (short prompts to the smallest-context variant, long ones to the "
+        "largest-context one) and 'largest' (highest quality that fits).",
+    )
+    objective: Objective = Field(
+        "quality",
+        description="Among variants predicted to meet the SLO: 'quality' takes the highest quality, "
+        "'cost' the lowest cost_per_1k_tokens (policy 'slo' only).",
+    )
+    on_violation: OnViolation = Field(
+        "degrade",
+        description="When no admissible variant is predicted to meet the SLO: 'degrade' takes the one with "
+        "the smallest predicted violation, 'reject' answers 429 with Retry-After (policy 'slo' only).",
+    )
+    tiers: dict[TierName, SLOTier] = Field(
+        default_factory=_default_tiers,
+        min_length=1,
+        description="SLO tiers by name (letters, digits, '.', '_', '-'), chosen per request with the "
+        "x-slo-tier header; x-slo-ttft-ms / x-slo-tpot-ms override single targets.",
+    )
+    default_tier: str = Field(
+        "standard", description="Tier of a request that names none; must be one of tiers."
+    )
+    slo_headroom: float = Field(
+        0.1,
+        ge=0,
+        lt=1,
+        description="Fraction of each target kept as margin for prediction error: a variant meets an SLO "
+        "only when its predictions are within (1 - slo_headroom) x the targets.",
+    )
+    length_threshold_tokens: int = Field(
+        1024,
+        ge=1,
+        description="Policy 'length_threshold': prompts of at most this many tokens go to the "
+        "smallest-context variant, longer ones to the largest-context one.",
+    )
+    queue_bound_per_replica: int = Field(
+        32,
+        ge=0,
+        description="Admission control: a variant takes a request only while the requests waiting for a "
+        "running slot per ready replica (this one included) stay within this bound; when no variant "
+        "can, the request is answered 429 with Retry-After.",
+    )
+    sheddable_queue_bound_per_replica: int = Field(
+        2,
+        ge=0,
+        description="The same bound for sheddable requests; lower, so that they are rejected first and "
+        "leave queue room for interactive ones. At most queue_bound_per_replica.",
+    )
+    queue_bound_per_priority: int = Field(
+        2,
+        ge=0,
+        description="Each priority level above 0 adds this much to a request's queue bound and each level "
+        "below 0 takes it away (never below 0), so lower-priority requests are rejected first.",
+    )
+    retry_after_s: float = Field(
+        1.0, gt=0, le=3600, description="Retry-After (seconds) sent with a 429 or 503 from the router."
+    )
+    wait_for_starting_replicas: bool = Field(
+        True,
+        description="Whether a variant with no ready replica but some starting ones may take requests; "
+        "their predicted TTFT then includes replica_startup_ms.",
+    )
+    replica_startup_ms: float = Field(
+        30_000.0,
+        ge=0,
+        description="Expected time until a starting replica serves, added to its predicted TTFT.",
+    )
+    kv_full_fraction: float = Field(
+        0.95,
+        gt=0,
+        le=1,
+        description="KV cache use at or above which a replica is taken to admit no new sequence until a "
+        "running one finishes, whatever its free batch slots.",
+    )
+
+    @field_validator("default_tier")
+    @classmethod
+    def _default_tier_exists(cls, value: str, info: ValidationInfo) -> str:
+        tiers = info.data.get("tiers")
+        if tiers is not None and value not in tiers:  # None: tiers failed on its own and is reported there
+            raise ValueError(f"{value!r} is not one of the tiers ({', '.join(sorted(tiers))})")
+        return value
+
+    @field_validator("sheddable_queue_bound_per_replica")
+    @classmethod
+    def _sheddable_bound_not_above_bound(cls, value: int, info: ValidationInfo) -> int:
+        bound = info.data.get("queue_bound_per_replica")
+        if bound is not None and value > bound:
+            raise ValueError(
+                f"{value} is above queue_bound_per_replica ({bound}); sheddable requests must be shed first"
+            )
+        return value

@@ -1,0 +1,55 @@
+"""What a new request would find ahead of it on a variant: engine reports merged with the ingress's own count.
+
+Engine stats arrive every few hundred milliseconds; the ingress's ``inflight`` count is exact but only
+covers its own requests. Requests it counts beyond what the engines report are ones the reports have not
+caught up with yet: they take free batch slots first (an engine admits a request at once while it has
+room), the rest queue.
+"""
+
+from __future__ import annotations
+
+from router.config import RouterConfig
+from router.latency import Load
+from router.types import VariantView
+
+
+def serving_replicas(view: VariantView, config: RouterConfig) -> int:
+    """Replicas that can take a request: the ready ones, else the starting ones where waiting is allowed."""
+    if view.ready_replicas > 0:
+        return view.ready_replicas
+    return view.starting_replicas if config.wait_for_starting_replicas else 0
+
+
+def replica_load(view: VariantView, config: RouterConfig) -> Load:
+    """Per-replica load of a variant with at least one serving replica (see :func:`serving_replicas`)."""
+    ready = view.ready_replicas > 0
+    replicas = max(serving_replicas(view, config), 1)
+    slots_per_replica = max(view.max_running_requests, 1)
+
+    unseen = max(0, view.inflight - view.queued_requests - view.running_requests)
+    unseen_tokens = unseen * view.inflight_prompt_tokens / view.inflight if unseen else 0.0
+
+    # A full KV cache admits nothing new until a sequence finishes, however many batch slots are free.
+    kv_full = ready and view.kv_used_fraction >= config.kv_full_fraction
+    capacity = view.running_requests if kv_full else slots_per_replica * replicas
+    capacity = max(capacity, view.running_requests)
+    running = min(view.running_requests + unseen, capacity)
+    queued = view.queued_requests + (view.running_requests + unseen - running)
+    free = capacity - running
+    # Serve sends a request to a replica with room when one has it, so any free slot is the request's.
+    waiting_for_slot = 0.0 if queued < free else (queued - free) / replicas + 1.0
+
+    return Load(
+        running=running / replicas,
+        queued=queued / replicas,
+        queued_prompt_tokens=(view.queued_prompt_tokens + unseen_tokens) / replicas,
+        waiting_for_slot=waiting_for_slot,
+        max_running=slots_per_replica,
+        startup_ms=0.0 if ready else config.replica_startup_ms,
+    )
+
+
+def queue_bound(priority: int, sheddable: bool, config: RouterConfig) -> float:
+    """How many requests per replica a request accepts waiting for a slot ahead of (and including) itself."""
+    base = config.sheddable_queue_bound_per_replica if sheddable else config.queue_bound_per_replica
+    return max(0, base + priority * config.queue_bound_per_priority)

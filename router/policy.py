@@ -1,0 +1,173 @@
+"""The routing decision: which variant takes a request, or why none does.
+
+``route`` is a pure function of the request, the variants' views and the config, apart from the small
+explicit :class:`~router.types.RouterState` (the round-robin position). It never raises for load: an
+overloaded or unavailable system is a rejection :class:`~router.types.Decision` with a status and a
+Retry-After, which the ingress turns into an HTTP answer.
+
+Order of the checks, for every policy:
+
+1. A pinned request goes to its variant or is rejected (404 unknown, 400 too long, 503, 429).
+2. Only variants whose context holds prompt + max_tokens are candidates (none: 400).
+3. Only variants with a serving replica are candidates (none: 503): ready ones, or starting ones when
+   ``wait_for_starting_replicas`` (their predicted TTFT then carries the startup time).
+4. The policy picks. ``slo``: among the variants within the request's queue bound (none: 429), the best
+   quality (or lowest cost) predicted to meet the SLO; else degrade to the smallest predicted violation
+   or reject (429). Baselines pick by their rule, then the pick must be within the queue bound (429).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from router.baselines import BASELINES
+from router.config import RouterConfig
+from router.latency import Load
+from router.load import queue_bound, replica_load, serving_replicas
+from router.types import Decision, Prediction, Reason, RequestFeatures, RouterState, VariantView
+
+
+def route(
+    request: RequestFeatures, variants: Sequence[VariantView], config: RouterConfig, state: RouterState
+) -> Decision:
+    """Picks the variant for ``request`` (see the module docstring for the rules)."""
+    if request.pinned is not None:
+        return _route_pinned(request, variants, config)
+
+    if not variants:  # every variant's stats went stale: nothing is known to serve
+        return _reject_unavailable("any variant", config)
+    needed = request.prompt_tokens + request.max_tokens
+    fitting = [v for v in variants if needed <= v.context_length]
+    if not fitting:
+        largest_context = max(v.context_length for v in variants)
+        return _reject_context(request, largest_context, "the largest context")
+
+    candidates = [v for v in fitting if serving_replicas(v, config) > 0]
+    if not candidates:
+        return _reject_unavailable(", ".join(v.name for v in fitting), config)
+
+    loads = {v.name: replica_load(v, config) for v in candidates}
+    predictions = {v.name: predict(request, v, loads[v.name], config) for v in candidates}
+    bound = queue_bound(request.priority, request.sheddable, config)
+
+    if config.policy == "slo":
+        return _route_slo(request, candidates, loads, predictions, bound, config)
+    choose, reason = BASELINES[config.policy]
+    chosen = choose(request, candidates, loads, config, state)
+    if loads[chosen.name].waiting_for_slot > bound:
+        return _reject_overloaded(predictions, config)
+    return Decision(chosen.name, reason, predictions)
+
+
+def predict(request: RequestFeatures, view: VariantView, load: Load, config: RouterConfig) -> Prediction:
+    """The latency ``view`` is predicted to give ``request`` under ``load``, judged against its SLO."""
+    ttft = view.latency.predict_ttft_ms(request.prompt_tokens, load)
+    batch = load.batch_when_running
+    tpot = view.latency.predict_tpot_ms(batch)
+    # Targets shrink by the headroom, so a prediction that is a little optimistic still lands inside.
+    scale = 1.0 - config.slo_headroom
+    violation = 0.0
+    if request.slo.ttft_ms is not None:
+        violation += max(0.0, ttft / (request.slo.ttft_ms * scale) - 1.0)
+    # A single-token answer has no time per output token to miss.
+    if request.slo.tpot_ms is not None and request.max_tokens > 1:
+        violation += max(0.0, tpot / (request.slo.tpot_ms * scale) - 1.0)
+    return Prediction(
+        ttft_ms=ttft,
+        tpot_ms=tpot,
+        meets_slo=violation == 0.0,
+        violation=violation,
+        batch_size=batch,
+        queued_tokens_ahead=load.queued_prompt_tokens,
+        waiting_for_slot=load.waiting_for_slot,
+    )
+
+
+def _route_slo(
+    request: RequestFeatures,
+    candidates: Sequence[VariantView],
+    loads: Mapping[str, Load],
+    predictions: dict[str, Prediction],
+    bound: float,
+    config: RouterConfig,
+) -> Decision:
+    admissible = [v for v in candidates if loads[v.name].waiting_for_slot <= bound]
+    if not admissible:
+        return _reject_overloaded(predictions, config)
+
+    meeting = [v for v in admissible if predictions[v.name].meets_slo]
+    if meeting:
+        if config.objective == "quality":
+            best = max(meeting, key=lambda v: (v.quality, -predictions[v.name].ttft_ms))
+            return Decision(best.name, Reason.SLO_MET_BEST_QUALITY, predictions)
+        best = min(meeting, key=lambda v: (v.cost_per_1k_tokens, -v.quality, predictions[v.name].ttft_ms))
+        return Decision(best.name, Reason.SLO_MET_LOWEST_COST, predictions)
+
+    if config.on_violation == "reject":
+        return Decision(
+            None,
+            Reason.REJECTED_SLO,
+            predictions,
+            reject_status=429,
+            retry_after_s=config.retry_after_s,
+            detail="No variant can meet this request's latency targets now; retry later or relax them.",
+        )
+    best = min(admissible, key=lambda v: (predictions[v.name].violation, -v.quality))
+    return Decision(best.name, Reason.DEGRADED_SMALLEST_VIOLATION, predictions)
+
+
+def _route_pinned(
+    request: RequestFeatures, variants: Sequence[VariantView], config: RouterConfig
+) -> Decision:
+    view = next((v for v in variants if v.name == request.pinned), None)
+    if view is None:
+        return Decision(
+            None,
+            Reason.REJECTED_UNKNOWN_VARIANT,
+            {},
+            reject_status=404,
+            detail=f"There is no variant {request.pinned!r}.",
+        )
+    if request.prompt_tokens + request.max_tokens > view.context_length:
+        return _reject_context(request, view.context_length, f"variant {view.name!r}'s context")
+    if serving_replicas(view, config) == 0:
+        return _reject_unavailable(view.name, config)
+    load = replica_load(view, config)
+    predictions = {view.name: predict(request, view, load, config)}
+    if load.waiting_for_slot > queue_bound(request.priority, request.sheddable, config):
+        return _reject_overloaded(predictions, config)
+    return Decision(view.name, Reason.PINNED, predictions)
+
+
+def _reject_context(request: RequestFeatures, context_length: int, what: str) -> Decision:
+    return Decision(
+        None,
+        Reason.REJECTED_CONTEXT,
+        {},
+        reject_status=400,
+        detail=f"The prompt ({request.prompt_tokens} tokens) plus max_tokens ({request.max_tokens}) "
+        f"needs {request.prompt_tokens + request.max_tokens} tokens, more than {what} "
+        f"({context_length}). Shorten the prompt or lower max_tokens.",
+    )
+
+
+def _reject_unavailable(names: str, config: RouterConfig) -> Decision:
+    return Decision(
+        None,
+        Reason.REJECTED_UNAVAILABLE,
+        {},
+        reject_status=503,
+        retry_after_s=config.retry_after_s,
+        detail=f"No replica of {names} is serving now.",
+    )
+
+
+def _reject_overloaded(predictions: dict[str, Prediction], config: RouterConfig) -> Decision:
+    return Decision(
+        None,
+        Reason.REJECTED_OVERLOADED,
+        predictions,
+        reject_status=429,
+        retry_after_s=config.retry_after_s,
+        detail="Every variant that could take this request is at its queue limit; retry later.",
+    )

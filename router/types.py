@@ -1,0 +1,119 @@
+"""What the routing policy reads and returns: a request's features, a view of each variant, a decision.
+
+Plain frozen dataclasses rather than pydantic models: the ingress builds a handful per request and the
+policy reads them in its hot path, so construction and attribute access must cost next to nothing.
+The ingress fills them from validated sources (its config, the engines' stats, its own bookkeeping).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from router.latency import LatencyModel
+
+
+class Reason(StrEnum):
+    """Why a request went where it went (or nowhere): short, stable, usable as a metrics label."""
+
+    PINNED = "pinned"
+    SLO_MET_BEST_QUALITY = "slo_met_best_quality"
+    SLO_MET_LOWEST_COST = "slo_met_lowest_cost"
+    DEGRADED_SMALLEST_VIOLATION = "degraded_smallest_violation"
+    ROUND_ROBIN = "round_robin"
+    LEAST_LOADED = "least_loaded"
+    LENGTH_THRESHOLD = "length_threshold"
+    LARGEST = "largest"
+    REJECTED_CONTEXT = "rejected_context"  # 400: prompt + max_tokens fits no (or not the pinned) variant
+    REJECTED_UNKNOWN_VARIANT = "rejected_unknown_variant"  # 404: pinned to a name no variant has
+    REJECTED_UNAVAILABLE = "rejected_unavailable"  # 503: no replica ready (or starting, where allowed)
+    REJECTED_OVERLOADED = "rejected_overloaded"  # 429: every candidate's queue is past the request's bound
+    REJECTED_SLO = "rejected_slo"  # 429: no candidate predicted to meet the SLO and on_violation=reject
+
+
+@dataclass(frozen=True, slots=True)
+class SLO:
+    """Latency targets of one request; None means no target for that measure."""
+
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RequestFeatures:
+    """What the router knows about a request before it runs (see ``router.headers`` for building one)."""
+
+    prompt_tokens: int
+    max_tokens: int
+    slo: SLO = field(default_factory=SLO)
+    priority: int = 0  # higher may accept longer queues (RouterConfig.queue_bound_per_priority)
+    sheddable: bool = False  # rejected first under load (RouterConfig.sheddable_queue_bound_per_replica)
+    pinned: str | None = None  # the client named a variant: honour it or reject, never reroute
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VariantView:
+    """One variant as the router sees it for one decision: its limits, weights, live load and model.
+
+    Load figures are totals over the variant's ready replicas, as the engines last reported them; the
+    ingress adds ``inflight`` (what it sent and has not seen finish), which is fresher than any report.
+    """
+
+    name: str
+    context_length: int  # prompt + output tokens one sequence may hold
+    quality: float  # (0, 1], higher is better
+    cost_per_1k_tokens: float
+    ready_replicas: int
+    max_running_requests: int  # batch slots per replica
+    latency: LatencyModel
+    starting_replicas: int = 0  # replicas being started (scaling up), not serving yet
+    queued_requests: int = 0
+    running_requests: int = 0
+    queued_prompt_tokens: int = 0
+    kv_used_fraction: float = 0.0  # the fullest ready replica's KV cache use, 0..1
+    inflight: int = 0  # requests this ingress sent to the variant that have not finished
+    inflight_prompt_tokens: int = 0  # their prompt tokens
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    """The latency one variant is predicted to give a request, and whether that meets the request's SLO.
+
+    ``batch_size``, ``queued_tokens_ahead`` and ``waiting_for_slot`` are the load the prediction assumed;
+    hand them back to ``LatencyModel.observe`` with the measured timings when the request finishes.
+    """
+
+    ttft_ms: float
+    tpot_ms: float
+    meets_slo: bool
+    violation: float = 0.0  # sum of relative overshoots of the targets (0 when met)
+    batch_size: float = 1.0
+    queued_tokens_ahead: float = 0.0
+    waiting_for_slot: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """Where a request goes (``variant``) or why it goes nowhere (``reject_status``), and on what grounds.
+
+    ``predictions`` covers the variants that could take the request (fitting, with replicas), so a
+    decision can be explained and the model of the chosen variant trained on the outcome.
+    """
+
+    variant: str | None
+    reason: Reason
+    predictions: dict[str, Prediction]
+    reject_status: int | None = None  # HTTP status of a rejection: 400, 404, 429 or 503
+    retry_after_s: float | None = None  # with 429 and 503
+    detail: str = ""  # a sentence for the client, with a rejection
+
+    @property
+    def rejected(self) -> bool:
+        return self.variant is None
+
+
+@dataclass(slots=True)
+class RouterState:
+    """The only state the policy keeps between decisions; one per ingress replica."""
+
+    round_robin_next: int = 0

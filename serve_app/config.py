@@ -1,0 +1,528 @@
+"""The serve app's typed configuration: the ``args`` of the application in ``serve_config.yaml``.
+
+``serve run serve_config.yaml`` hands the application's ``args`` to ``serve_app.app:build_app``, which
+calls :func:`load_app_config`. Every mistake this schema can see is reported there, at deploy time, as
+one :class:`~engines.errors.EngineConfigError` that lists each problem as ``<field path>: <message>``
+(for example ``variants[1].name: duplicate variant name 'tiny'``), instead of surfacing later as a
+replica that cannot be placed or an engine that crashes while loading.
+
+Check a file without Ray running::
+
+    python -m serve_app.config serve_config.yaml
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import typing
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from engines.config import EngineConfig
+from engines.errors import EngineConfigError
+
+# URL- and metric-label-safe, and short enough to embed in deployment and replica names.
+VARIANT_NAME_PATTERN = r"^[a-zA-Z0-9][a-zA-Z0-9._-]{0,62}$"
+
+
+class _Problems(ValueError):
+    """Cross-field problems found by one model's validator, each at a path relative to that model.
+
+    Raised (as a ``ValueError``, so pydantic records it at the model's location) and expanded again by
+    :func:`format_validation_error`, so that every problem is reported at its own field path.
+    """
+
+    def __init__(self, problems: list[tuple[str, str]]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(f"{path}: {message}" for path, message in problems))
+
+
+def _raise_if_any(problems: list[tuple[str, str]]) -> None:
+    if problems:
+        raise _Problems(problems)
+
+
+class _Strict(BaseModel):
+    # A typo in a YAML key must fail the deploy, not silently fall back to a default.
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ReplicaResources(_Strict):
+    """What one replica reserves from the Ray cluster (becomes Ray Serve's ``ray_actor_options``)."""
+
+    num_cpus: float = Field(
+        1.0,
+        gt=0,
+        description="Logical CPUs reserved per replica. Fractions let several replicas share a small "
+        "machine; note that Ray then sets OMP_NUM_THREADS=1 in the replica (see engine num_threads).",
+    )
+    num_gpus: float = Field(
+        0.0,
+        ge=0,
+        description="GPUs reserved per replica; Ray sets CUDA_VISIBLE_DEVICES to them. Must cover the "
+        "engine's tensor_parallel_size. Fractions (< 1) share one GPU; above 1 it must be whole.",
+    )
+    memory_bytes: int | None = Field(
+        None,
+        ge=1,
+        description="Heap memory reserved per replica, in bytes (Ray's 'memory' resource); None reserves "
+        "none. Only a scheduling hint: Ray does not cap the process at it.",
+    )
+    accelerator_type: str | None = Field(
+        None,
+        description="Ray accelerator type the replica must land on (for example 'H100', 'H200', 'A100'); "
+        "None accepts any node with free GPUs.",
+    )
+    resources: dict[str, float] = Field(
+        default_factory=dict,
+        description="Custom Ray resources reserved per replica (for example {'h200_node': 0.01} to pin "
+        "replicas to labelled nodes). CPU and GPU belong in num_cpus / num_gpus.",
+    )
+
+    @field_validator("num_gpus")
+    @classmethod
+    def _whole_above_one(cls, value: float) -> float:
+        # Ray only accepts fractional resource requests below 1; 1.5 GPUs cannot be scheduled.
+        if value > 1 and not value.is_integer():
+            raise ValueError(f"must be a whole number when above 1, got {value}")
+        return value
+
+    @field_validator("resources")
+    @classmethod
+    def _custom_resources(cls, value: dict[str, float]) -> dict[str, float]:
+        for name, quantity in value.items():
+            if name in ("CPU", "GPU", "memory"):
+                raise ValueError(f"{name!r} is not a custom resource: use num_cpus / num_gpus / memory_bytes")
+            if quantity < 0:
+                raise ValueError(f"{name!r}: quantity must be >= 0, got {quantity}")
+        return value
+
+    def to_ray_actor_options(self) -> dict[str, Any]:
+        """Ray Serve ``ray_actor_options``; unset optional resources are left out (Ray's defaults)."""
+        options: dict[str, Any] = {"num_cpus": self.num_cpus, "num_gpus": self.num_gpus}
+        if self.memory_bytes is not None:
+            options["memory"] = self.memory_bytes
+        if self.accelerator_type is not None:
+            options["accelerator_type"] = self.accelerator_type
+        if self.resources:
+            options["resources"] = dict(self.resources)
+        return options
+
+
+class AutoscalingSpec(_Strict):
+    """Replica autoscaling of one variant, mapped onto Ray Serve's ``AutoscalingConfig``."""
+
+    min_replicas: int = Field(
+        1,
+        ge=0,
+        description="Fewest replicas; 0 allows scaling to zero (then a request waits for a cold start).",
+    )
+    max_replicas: int = Field(1, ge=1, description="Most replicas; must be >= min_replicas.")
+    initial_replicas: int | None = Field(
+        None,
+        ge=0,
+        description="Replicas started at deploy time, within [min_replicas, max_replicas]; None starts "
+        "min_replicas.",
+    )
+    target_ongoing_requests: float = Field(
+        16.0,
+        gt=0,
+        description="Requests (running + queued) per replica that Serve scales towards. Ray's default of 2 "
+        "suits one-request-at-a-time models; an LLM replica batches many streams, so aim higher.",
+    )
+    upscale_delay_s: float = Field(
+        30.0, ge=0, description="How long load must stay above target before replicas are added."
+    )
+    downscale_delay_s: float = Field(
+        600.0,
+        ge=0,
+        description="How long load must stay below target before replicas are removed. Long by default: "
+        "an LLM replica is expensive to start again.",
+    )
+
+    @model_validator(mode="after")
+    def _bounds(self) -> AutoscalingSpec:
+        problems = []
+        if self.min_replicas > self.max_replicas:
+            problems.append(
+                ("min_replicas", f"{self.min_replicas} is above max_replicas ({self.max_replicas})")
+            )
+        elif self.initial_replicas is not None and not (
+            self.min_replicas <= self.initial_replicas <= self.max_replicas
+        ):
+            problems.append(
+                (
+                    "initial_replicas",
+                    f"{self.initial_replicas} is outside [min_replicas, max_replicas] = "
+                    f"[{self.min_replicas}, {self.max_replicas}]",
+                )
+            )
+        _raise_if_any(problems)
+        return self
+
+    def to_serve_autoscaling_config(self) -> dict[str, Any]:
+        """Ray Serve's ``autoscaling_config`` (field names of ``ray.serve.config.AutoscalingConfig``)."""
+        config: dict[str, Any] = {
+            "min_replicas": self.min_replicas,
+            "max_replicas": self.max_replicas,
+            "target_ongoing_requests": self.target_ongoing_requests,
+            "upscale_delay_s": self.upscale_delay_s,
+            "downscale_delay_s": self.downscale_delay_s,
+        }
+        if self.initial_replicas is not None:
+            config["initial_replicas"] = self.initial_replicas
+        return config
+
+
+class VariantConfig(_Strict):
+    """One engine variant: an engine config, the replicas that run it and the facts the router weighs."""
+
+    name: str = Field(
+        pattern=VARIANT_NAME_PATTERN,
+        description="Variant name, unique within the app: letters, digits, '.', '_', '-' (max 63). "
+        "Clients may address a variant directly by it; it also names the Serve deployment.",
+    )
+    engine: EngineConfig = Field(description="The engine this variant runs, selected by its 'backend' field.")
+    description: str = Field("", description="Free text for humans (shown in /v1/models).")
+    resources: ReplicaResources = Field(
+        default_factory=ReplicaResources, description="What each replica of this variant reserves."
+    )
+    max_ongoing_requests: int = Field(
+        64,
+        ge=1,
+        description="Streams Serve sends to one replica at once. Ray's default (5) would queue streams "
+        "in front of an engine that batches dozens; the engine's own queue limit answers overload.",
+    )
+    num_replicas: int | None = Field(
+        None,
+        ge=1,
+        description="A fixed number of replicas. Set this or autoscaling, not both; neither means 1.",
+    )
+    autoscaling: AutoscalingSpec | None = Field(
+        None, description="Autoscale the replicas between bounds. Set this or num_replicas, not both."
+    )
+    graceful_shutdown_timeout_s: float = Field(
+        60.0,
+        ge=0,
+        description="How long a replica being stopped (scale-down, redeploy) may drain its open streams "
+        "before it is killed.",
+    )
+    health_check_period_s: float = Field(
+        10.0, gt=0, description="Seconds between health checks of a replica."
+    )
+    health_check_timeout_s: float = Field(
+        30.0, gt=0, description="Seconds a health check may take before the replica counts as unhealthy."
+    )
+    quality: float = Field(
+        1.0,
+        gt=0,
+        le=1,
+        description="Relative answer quality in (0, 1], higher is better; the router trades it against "
+        "latency and cost. Only comparisons between variants of one app matter.",
+    )
+    cost_per_1k_tokens: float = Field(
+        0.0,
+        ge=0,
+        description="Relative cost of 1000 tokens (prompt + output) on this variant, for the router.",
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> VariantConfig:
+        problems = []
+        if self.num_replicas is not None and self.autoscaling is not None:
+            problems.append(("num_replicas", "set either num_replicas or autoscaling, not both"))
+        # Only GPU backends declare tensor_parallel_size (hf has device instead, checked below); an
+        # engine reached at a URL runs elsewhere, so the replica itself needs no GPU.
+        tensor_parallel_size = getattr(self.engine, "tensor_parallel_size", None)
+        remote = getattr(self.engine, "url", None) is not None
+        if not remote and tensor_parallel_size is not None and tensor_parallel_size > self.resources.num_gpus:
+            # With MPI (TensorRT-LLM's default) the TP workers inherit the replica's visible GPUs.
+            problems.append(
+                (
+                    "engine.tensor_parallel_size",
+                    f"{tensor_parallel_size} needs {tensor_parallel_size} GPUs per replica but "
+                    f"resources.num_gpus is {self.resources.num_gpus:g}",
+                )
+            )
+        if getattr(self.engine, "device", None) == "cuda" and self.resources.num_gpus == 0:
+            # Ray hides every GPU (CUDA_VISIBLE_DEVICES="") from a replica that reserved none.
+            problems.append(("resources.num_gpus", "is 0 but engine.device is 'cuda': reserve a GPU"))
+        _raise_if_any(problems)
+        return self
+
+    @property
+    def deployment_name(self) -> str:
+        """The Serve deployment running this variant (prefixed: it can never collide with the ingress)."""
+        return f"variant-{self.name}"
+
+    def deployment_options(self) -> dict[str, Any]:
+        """Keyword arguments for ``serve.deployment(...).options(**...)`` of this variant's deployment."""
+        options: dict[str, Any] = {
+            "name": self.deployment_name,
+            "ray_actor_options": self.resources.to_ray_actor_options(),
+            "max_ongoing_requests": self.max_ongoing_requests,
+            "graceful_shutdown_timeout_s": self.graceful_shutdown_timeout_s,
+            "health_check_period_s": self.health_check_period_s,
+            "health_check_timeout_s": self.health_check_timeout_s,
+        }
+        if self.autoscaling is not None:
+            options["autoscaling_config"] = self.autoscaling.to_serve_autoscaling_config()
+        else:
+            options["num_replicas"] = self.num_replicas or 1
+        return options
+
+
+class IngressConfig(_Strict):
+    """The ingress deployment: HTTP parsing, tokenizing, routing and SSE framing (no model weights)."""
+
+    num_replicas: int = Field(
+        1, ge=1, description="Ingress replicas; raise it when one CPU cannot frame all streams."
+    )
+    num_cpus: float = Field(
+        0.25, gt=0, description="Logical CPUs reserved per ingress replica (mostly waits on engine replicas)."
+    )
+    max_ongoing_requests: int = Field(
+        1024,
+        ge=1,
+        description="Concurrent HTTP requests per ingress replica; an open stream holds one for its whole "
+        "life.",
+    )
+
+    def deployment_options(self) -> dict[str, Any]:
+        """Keyword arguments for ``serve.deployment(...).options(**...)`` of the ingress deployment."""
+        return {
+            "num_replicas": self.num_replicas,
+            "ray_actor_options": {"num_cpus": self.num_cpus},
+            "max_ongoing_requests": self.max_ongoing_requests,
+        }
+
+
+class LimitsConfig(_Strict):
+    """Limits the ingress enforces on every request before it reaches an engine."""
+
+    max_body_bytes: int = Field(
+        1 << 20, ge=1, description="Largest accepted request body in bytes (413 above it)."
+    )
+    max_tokens_limit: int = Field(
+        4096, ge=1, description="Largest 'max_tokens' a request may ask for (400 above it)."
+    )
+    default_max_tokens: int = Field(
+        256, ge=1, description="'max_tokens' of a request that sets none; at most max_tokens_limit."
+    )
+    max_prompt_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="Largest prompt in tokens (400 above it); None leaves only the variants' context "
+        "lengths.",
+    )
+    request_timeout_s: float = Field(
+        600.0,
+        gt=0,
+        description="Wall-clock limit of one request, streaming included; then its engine request is "
+        "aborted.",
+    )
+
+    @model_validator(mode="after")
+    def _defaults_within_limits(self) -> LimitsConfig:
+        problems = []
+        if self.default_max_tokens > self.max_tokens_limit:
+            problems.append(
+                (
+                    "default_max_tokens",
+                    f"{self.default_max_tokens} is above max_tokens_limit ({self.max_tokens_limit})",
+                )
+            )
+        _raise_if_any(problems)
+        return self
+
+
+class AppConfig(_Strict):
+    """The whole application: one public model served by one or more engine variants."""
+
+    model_name: str = Field(
+        min_length=1,
+        description="The public model name clients send as 'model'; the router picks a variant for it.",
+    )
+    default_variant: str | None = Field(
+        None,
+        description="Variant that serves the public model when no routing policy picks one; None means "
+        "the first variant.",
+    )
+    tokenizer: str | None = Field(
+        None,
+        description="Tokenizer the ingress counts prompt tokens and applies the chat template with (a path "
+        "or 'builtin:<name>'); None uses the first variant's engine tokenizer, else its model. All variants "
+        "of one public model must share it: prompt lengths and chat formatting are computed once, before "
+        "routing.",
+    )
+    variants: list[VariantConfig] = Field(min_length=1, description="The engine variants, at least one.")
+    ingress: IngressConfig = Field(default_factory=IngressConfig, description="The ingress deployment.")
+    limits: LimitsConfig = Field(default_factory=LimitsConfig, description="Per-request limits.")
+
+    @model_validator(mode="after")
+    def _names(self) -> AppConfig:
+        problems = []
+        seen: set[str] = set()
+        for index, variant in enumerate(self.variants):
+            if variant.name in seen:
+                problems.append((f"variants[{index}].name", f"duplicate variant name {variant.name!r}"))
+            seen.add(variant.name)
+            if variant.name == self.model_name:
+                # A request for `model` must mean the routed public model, never one variant by accident.
+                problems.append(
+                    (
+                        f"variants[{index}].name",
+                        f"{variant.name!r} equals model_name; give the variant its own name",
+                    )
+                )
+        if self.default_variant is not None and self.default_variant not in seen:
+            problems.append(
+                ("default_variant", f"{self.default_variant!r} is not a variant name (one of {sorted(seen)})")
+            )
+        _raise_if_any(problems)
+        return self
+
+    @property
+    def default_variant_name(self) -> str:
+        """The variant used when nothing else picks one."""
+        return self.default_variant if self.default_variant is not None else self.variants[0].name
+
+    @property
+    def tokenizer_ref(self) -> str:
+        """What the ingress loads its tokenizer from: ``tokenizer``, else the first variant engine's own."""
+        if self.tokenizer is not None:
+            return self.tokenizer
+        engine = self.variants[0].engine
+        return getattr(engine, "tokenizer", None) or engine.model
+
+    def variant(self, name: str) -> VariantConfig:
+        """The variant called ``name``; KeyError when there is none."""
+        for variant in self.variants:
+            if variant.name == name:
+                return variant
+        raise KeyError(name)
+
+
+def _engine_backends() -> frozenset[str]:
+    # pydantic puts the chosen member's tag into the error location of a discriminated union
+    # ('variants', 0, 'engine', 'hf', 'model'); users never write that segment, so paths drop it.
+    annotation = VariantConfig.model_fields["engine"].annotation
+    members = typing.get_args(annotation) or (annotation,)
+    backends = set()
+    for member in members:
+        field = getattr(member, "model_fields", {}).get("backend")
+        if field is not None and isinstance(field.default, str):
+            backends.add(field.default)
+    return frozenset(backends)
+
+
+_ENGINE_BACKENDS = _engine_backends()
+
+
+def format_loc(loc: tuple[int | str, ...]) -> str:
+    """``('variants', 0, 'engine', 'model')`` -> ``'variants[0].engine.model'``."""
+    path = ""
+    previous: int | str | None = None
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif previous == "engine" and part in _ENGINE_BACKENDS:
+            pass
+        else:
+            path += f".{part}" if path else part
+        previous = part
+    return path
+
+
+def _join(prefix: str, path: str) -> str:
+    if not prefix:
+        return path
+    return f"{prefix}{path}" if path.startswith("[") else f"{prefix}.{path}"
+
+
+def format_validation_error(error: ValidationError) -> list[str]:
+    """One ``'<field path>: <message>'`` line per problem in ``error``."""
+    lines: list[str] = []
+    for err in error.errors():
+        path = format_loc(tuple(err["loc"]))
+        cause = err.get("ctx", {}).get("error")
+        if isinstance(cause, _Problems):
+            lines.extend(f"{_join(path, sub)}: {message}" for sub, message in cause.problems)
+        elif isinstance(cause, ValueError):
+            lines.append(f"{path or '<config>'}: {cause}")  # without pydantic's "Value error, " prefix
+        elif err["type"] == "extra_forbidden":
+            lines.append(f"{path}: unknown field")
+        else:
+            lines.append(f"{path or '<config>'}: {err['msg']}")
+    return lines
+
+
+def _validate(args: Any, where: str) -> AppConfig:
+    try:
+        return AppConfig.model_validate(args)
+    except ValidationError as error:
+        problems = "\n".join(f"  {line}" for line in format_validation_error(error))
+        raise EngineConfigError(f"invalid serve_app config ({where}):\n{problems}") from None
+
+
+def load_app_config(args: dict[str, Any]) -> AppConfig:
+    """Validate an application's ``args`` (what ``build_app`` receives).
+
+    Raises EngineConfigError whose message lists every problem as ``<field path>: <message>``.
+    """
+    return _validate(args, "application args")
+
+
+def load_config_file(path: str | Path, app_name: str | None = None) -> AppConfig:
+    """Read a Ray Serve config file; validate the ``args`` of application ``app_name`` (default: the first).
+
+    The file's outer structure is checked with Ray Serve's own schema, as ``serve run`` / ``serve deploy``
+    check it. Raises EngineConfigError for any problem.
+    """
+    # Imported here: Ray takes seconds to import, and only reading whole files needs it.
+    from ray.serve.schema import ServeDeploySchema
+
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as error:
+        raise EngineConfigError(f"cannot read {path}: {error}") from None
+    try:
+        deploy = ServeDeploySchema.model_validate(raw)
+    except ValidationError as error:
+        problems = "\n".join(f"  {line}" for line in format_validation_error(error))
+        raise EngineConfigError(f"{path} is not a valid Ray Serve config:\n{problems}") from None
+    names = [app.name for app in deploy.applications]
+    if not names:
+        raise EngineConfigError(f"{path}: applications: the file defines no application")
+    if app_name is None:
+        index = 0
+    elif app_name in names:
+        index = names.index(app_name)
+    else:
+        raise EngineConfigError(f"{path}: no application named {app_name!r} (found {names})")
+    return _validate(deploy.applications[index].args, f"{path}: applications[{index}].args")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m serve_app.config FILE [--app NAME]``: print OK or every problem; exit status 0 or 1."""
+    parser = argparse.ArgumentParser(prog="python -m serve_app.config", description=main.__doc__)
+    parser.add_argument("file", type=Path, help="a Ray Serve config YAML (for example serve_config.yaml)")
+    parser.add_argument("--app", default=None, help="application name (default: the first one)")
+    options = parser.parse_args(argv)
+    try:
+        config = load_config_file(options.file, options.app)
+    except EngineConfigError as error:
+        print(error.message, file=sys.stderr)
+        return 1
+    variants = ", ".join(variant.name for variant in config.variants)
+    print(f"OK: {options.file}: model {config.model_name!r}, variants: {variants}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

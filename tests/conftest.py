@@ -1,0 +1,64 @@
+"""Shared fixtures: one local Ray cluster and one Serve app (the default serve_config.yaml) per test session.
+
+Starting Ray costs seconds, so every test that needs Serve shares them; the session stops both at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # no model hub here: builtin models are generated offline
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[None]:
+    import ray
+
+    # Logical CPUs: the default config's replicas reserve fractions, and tests add their own apps beside it.
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, namespace="tests")
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def serve_url(ray_cluster) -> Iterator[str]:
+    from ray import serve
+
+    port = free_port()
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        serve.shutdown()
+
+
+@pytest.fixture(scope="session")
+def default_app_args() -> dict:
+    import yaml
+
+    return yaml.safe_load((REPO / "serve_config.yaml").read_text())["applications"][0]["args"]
+
+
+@pytest.fixture(scope="session")
+def llm_url(serve_url, default_app_args) -> str:
+    """The default serve_config.yaml application, deployed as `serve run` would."""
+    from ray import serve
+
+    from serve_app.app import build_app
+
+    serve.run(build_app(default_app_args), name="llm", route_prefix="/")
+    return serve_url

@@ -1,0 +1,3 @@
+from tensorrt_llm.executor.result import CompletionOutput, GenerationResult
+
+__all__ = ["CompletionOutput", "GenerationResult"]

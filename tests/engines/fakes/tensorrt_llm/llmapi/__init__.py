@@ -1,0 +1,5 @@
+from tensorrt_llm.llmapi.llm import LLM, RequestOutput
+from tensorrt_llm.llmapi.llm_args import KvCacheConfig
+from tensorrt_llm.sampling_params import SamplingParams
+
+__all__ = ["LLM", "KvCacheConfig", "RequestOutput", "SamplingParams"]

@@ -1,0 +1,40 @@
+"""Mirrors tensorrt_llm/sampling_params.py: a kw-only dataclass whose max_tokens defaults to 32."""
+
+from dataclasses import dataclass
+
+
+@dataclass(slots=True, kw_only=True)
+class SamplingParams:
+    end_id: int | None = None
+    pad_id: int | None = None
+    max_tokens: int = 32
+    stop: str | list[str] | None = None
+    stop_token_ids: list[int] | None = None
+    include_stop_str_in_output: bool = False
+    n: int = 1
+    best_of: int | None = None
+    use_beam_search: bool = False
+    top_k: int | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    temperature: float | None = None
+    min_tokens: int | None = None
+    ignore_eos: bool = False
+    detokenize: bool = True
+    add_special_tokens: bool = True
+    skip_special_tokens: bool = True
+
+    def __post_init__(self):
+        self.best_of = self.best_of or self.n
+        if self.best_of < self.n:
+            raise ValueError(f"best_of ({self.best_of}) cannot be less than n ({self.n})")
+
+    @property
+    def _greedy_decoding(self) -> bool:
+        # As in the real class: top_k / top_p left None mean greedy.
+        return not self.use_beam_search and self.top_k in (None, 1) and self.top_p in (None, 0.0)
+
+    def _stop_strings(self) -> list[str]:
+        if self.stop is None:
+            return []
+        return [self.stop] if isinstance(self.stop, str) else list(self.stop)

@@ -1,0 +1,296 @@
+"""Contract tests of the ``trtllm`` backend against a fake ``tensorrt_llm`` (tests/engines/fakes/).
+
+TensorRT-LLM cannot be installed on these machines, so these tests prove our *mapping* onto the 1.x API
+surface (argument names, the mutated streaming RequestOutput, abort() on cancel, max_tokens always passed,
+stop strings held back, consumed-on-read iteration stats), not TensorRT-LLM itself. The fake is put in
+``sys.modules`` through monkeypatch, as an installed package would be.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from engines.config import KvCacheSettings, TRTLLMEngineConfig
+from engines.errors import EngineConfigError, EngineDeadError
+from engines.factory import make_engine
+from engines.protocol import (
+    FINISH_LENGTH,
+    FINISH_STOP,
+    Delta,
+    GenerationRequest,
+    SamplingParams,
+)
+
+FAKES = Path(__file__).parent / "fakes"
+SCRIPT = "Hello, world! This is a fake completion."
+PROMPT = [ord(c) for c in "Say hi"]
+
+
+@pytest.fixture
+def fake_trtllm(monkeypatch):
+    """Makes ``import tensorrt_llm`` find the fake, as if it were installed; undone after the test."""
+    for name in [m for m in sys.modules if m == "tensorrt_llm" or m.startswith("tensorrt_llm.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.syspath_prepend(str(FAKES))
+    import tensorrt_llm
+
+    monkeypatch.setattr(tensorrt_llm.LLM, "instances", [])
+    yield tensorrt_llm
+    for name in [m for m in sys.modules if m == "tensorrt_llm" or m.startswith("tensorrt_llm.")]:
+        monkeypatch.delitem(sys.modules, name, raising=False)
+
+
+@pytest.fixture
+def hf_checkpoint(tmp_path) -> Path:
+    (tmp_path / "config.json").write_text(
+        json.dumps({"model_type": "llama", "torch_dtype": "bfloat16", "num_attention_heads": 8,
+                    "max_position_embeddings": 512})
+    )
+    return tmp_path
+
+
+def config(model: Path | str, **overrides) -> TRTLLMEngineConfig:
+    overrides.setdefault("coalesce", {"interval_ms": 0})  # every engine step as its own delta
+    return TRTLLMEngineConfig(model=str(model), **overrides)
+
+
+async def started(cfg: TRTLLMEngineConfig):
+    engine = make_engine(cfg)
+    await engine.start()
+    return engine
+
+
+def request(max_tokens: int = 100, **sampling) -> GenerationRequest:
+    return GenerationRequest("r1", list(PROMPT), SamplingParams(max_tokens=max_tokens, **sampling))
+
+
+async def collect(engine, req: GenerationRequest) -> list[Delta]:
+    return [d async for d in engine.generate(req)]
+
+
+async def test_start_without_tensorrt_llm_says_what_is_missing(monkeypatch, hf_checkpoint):
+    monkeypatch.setitem(sys.modules, "tensorrt_llm", None)  # import tensorrt_llm -> ImportError
+    engine = make_engine(config(hf_checkpoint))
+    with pytest.raises(EngineConfigError) as err:
+        await engine.start()
+    message = str(err.value)
+    assert "tensorrt_llm" in message
+    assert "openai_server" in message
+    assert "docs/tensorrt-llm.md" in message
+
+
+async def test_llm_arguments_contract(fake_trtllm, hf_checkpoint):
+    cfg = config(
+        hf_checkpoint,
+        tensor_parallel_size=2,
+        dtype="bfloat16",
+        max_batch_size=64,
+        max_num_tokens=4096,
+        max_seq_len=256,
+        enable_chunked_prefill=True,
+        kv_cache=KvCacheSettings(free_gpu_memory_fraction=0.8, enable_block_reuse=False),
+    )
+    engine = await started(cfg)
+    (llm,) = fake_trtllm.LLM.instances
+    kwargs = llm.kwargs
+    assert kwargs["model"] == str(hf_checkpoint)
+    assert kwargs["tensor_parallel_size"] == 2
+    assert kwargs["dtype"] == "bfloat16"
+    assert (kwargs["max_batch_size"], kwargs["max_num_tokens"], kwargs["max_seq_len"]) == (64, 4096, 256)
+    assert kwargs["enable_chunked_prefill"] is True
+    assert kwargs["enable_iter_perf_stats"] is True  # else the PyTorch backend reports no load
+    kv = kwargs["kv_cache_config"]
+    assert isinstance(kv, sys.modules["tensorrt_llm.llmapi"].KvCacheConfig)
+    assert (kv.free_gpu_memory_fraction, kv.enable_block_reuse) == (0.8, False)
+    assert engine.context_length == 256
+    await engine.shutdown()
+
+
+async def test_unknown_extra_llm_arg_is_refused_at_start_contract(fake_trtllm, hf_checkpoint):
+    engine = make_engine(config(hf_checkpoint, extra_llm_args={"no_such_arg": 1}))
+    with pytest.raises(EngineConfigError, match="no_such_arg"):
+        await engine.start()
+
+
+async def test_stream_maps_the_mutated_request_output_to_deltas_contract(fake_trtllm, hf_checkpoint):
+    engine = await started(config(hf_checkpoint))
+    deltas = await collect(engine, request())
+    assert "".join(d.text for d in deltas) == SCRIPT
+    assert [t for d in deltas for t in d.token_ids] == [ord(c) for c in SCRIPT]
+    assert all(len(d.text) <= 1 for d in deltas)  # only what is new, never the text so far
+    assert [d.finish_reason for d in deltas[:-1]] == [None] * (len(deltas) - 1)
+    assert deltas[-1].finish_reason == FINISH_STOP  # the end id
+    assert deltas[-1].completion_tokens == len(SCRIPT)
+    assert deltas[-1].prompt_tokens == len(PROMPT)
+    assert deltas[0].first_token_time is not None
+    await engine.shutdown()
+
+
+async def test_max_tokens_is_always_passed_contract(fake_trtllm, hf_checkpoint):
+    # TensorRT-LLM's SamplingParams.max_tokens defaults to 32: a request for 40 must get 40.
+    engine = await started(config(hf_checkpoint))
+    deltas = await collect(engine, request(max_tokens=40, ignore_eos=True))
+    assert sum(len(d.token_ids) for d in deltas) == 40
+    assert deltas[-1].finish_reason == FINISH_LENGTH
+    (llm,) = fake_trtllm.LLM.instances
+    _, params = llm.requests[-1]
+    assert params.max_tokens == 40 and params.ignore_eos is True
+    await engine.shutdown()
+
+
+async def test_max_tokens_is_capped_by_the_context_contract(fake_trtllm, hf_checkpoint):
+    engine = await started(config(hf_checkpoint, max_seq_len=32))
+    deltas = await collect(engine, request(max_tokens=1000, ignore_eos=True))
+    assert sum(len(d.token_ids) for d in deltas) == 32 - len(PROMPT)
+    assert deltas[-1].finish_reason == FINISH_LENGTH
+    await engine.shutdown()
+
+
+async def test_sampling_mapping_contract(fake_trtllm, hf_checkpoint):
+    engine = await started(config(hf_checkpoint))
+    await collect(engine, request(temperature=0.0, max_tokens=3))
+    await collect(engine, request(temperature=0.7, top_p=0.9, top_k=0, seed=5, max_tokens=3))
+    (llm,) = fake_trtllm.LLM.instances
+    greedy, sampled = (params for _, params in llm.requests)
+    assert greedy._greedy_decoding and greedy.top_k == 1
+    # top_k / top_p left None would mean greedy in TensorRT-LLM: sampling must set them.
+    assert not sampled._greedy_decoding
+    assert (sampled.temperature, sampled.top_p, sampled.top_k, sampled.seed) == (0.7, 0.9, 0, 5)
+    await engine.shutdown()
+
+
+async def test_stop_string_never_leaks_contract(fake_trtllm, hf_checkpoint):
+    # TensorRT-LLM streams "w", "wo" (the stop string's start) before it cuts the text at "world".
+    engine = await started(config(hf_checkpoint))
+    deltas = await collect(engine, request(stop=["world"]))
+    assert "".join(d.text for d in deltas) == "Hello, "
+    assert not any("w" in d.text for d in deltas)
+    assert deltas[-1].finish_reason == FINISH_STOP
+    await engine.shutdown()
+
+
+async def test_held_back_stop_prefix_is_released_when_it_is_not_a_stop_contract(fake_trtllm, hf_checkpoint):
+    engine = await started(config(hf_checkpoint))
+    deltas = await collect(engine, request(stop=["world?"]))  # "world" then "!" decides: not a stop
+    assert "".join(d.text for d in deltas) == SCRIPT
+    await engine.shutdown()
+
+
+async def test_stop_token_ids_are_passed_contract(fake_trtllm, hf_checkpoint):
+    engine = await started(config(hf_checkpoint))
+    deltas = await collect(engine, request(stop_token_ids=[ord("!")]))
+    assert deltas[-1].finish_reason == FINISH_STOP
+    assert "".join(d.text for d in deltas).startswith("Hello, world")
+    assert "This" not in "".join(d.text for d in deltas)
+    await engine.shutdown()
+
+
+async def test_closing_the_stream_aborts_the_request_contract(fake_trtllm, hf_checkpoint):
+    # Leaving the async for does not abort in TensorRT-LLM; without abort() the fake generates 10000 tokens.
+    engine = await started(config(hf_checkpoint))
+    (llm,) = fake_trtllm.LLM.instances
+    stream = engine.generate(request(max_tokens=10_000, ignore_eos=True))
+    first = await anext(stream)
+    assert first.text == "H"
+    await stream.aclose()
+    assert llm.aborted == [0]
+    await wait_for(lambda: llm.live_requests == 0)
+    assert engine.stats().running_requests == 0
+    await engine.shutdown()
+
+
+async def test_cancelling_the_consumer_aborts_the_request_contract(fake_trtllm, hf_checkpoint):
+    engine = await started(config(hf_checkpoint, coalesce={"interval_ms": 5}))
+    (llm,) = fake_trtllm.LLM.instances
+    got_first = asyncio.Event()
+
+    async def consume():
+        async for _ in engine.generate(request(max_tokens=10_000, ignore_eos=True)):
+            got_first.set()
+
+    task = asyncio.create_task(consume())
+    await got_first.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert llm.aborted == [0]
+    await wait_for(lambda: llm.live_requests == 0)
+    await engine.shutdown()
+
+
+async def test_stats_come_from_iteration_stats_contract(fake_trtllm, hf_checkpoint):
+    engine = await started(config(hf_checkpoint, stats_interval_s=0.01, max_batch_size=8))
+    stream = engine.generate(request(max_tokens=10_000, ignore_eos=True))
+    await anext(stream)
+    await wait_for(lambda: engine.stats().kv_blocks_total == 1000)
+    stats = engine.stats()
+    assert stats.running_requests == 1 and stats.queued_requests == 0
+    assert stats.kv_blocks_used >= 1
+    assert stats.max_running_requests == 8
+    assert stats.context_length == 512
+    await stream.aclose()
+    assert engine.stats().running_requests == 0  # stale iteration stats are capped by open requests
+    await engine.shutdown()
+
+
+async def test_shutdown_ends_open_streams_with_engine_dead_contract(fake_trtllm, hf_checkpoint):
+    engine = await started(config(hf_checkpoint))
+    stream = engine.generate(request(max_tokens=10_000, ignore_eos=True))
+    await anext(stream)
+    await engine.shutdown()
+    with pytest.raises(EngineDeadError):
+        async for _ in stream:
+            pass
+    with pytest.raises(EngineDeadError):
+        await engine.check_health()
+
+
+async def test_prebuilt_engine_dir_uses_the_legacy_backend_contract(fake_trtllm, tmp_path):
+    (tmp_path / "config.json").write_text(
+        json.dumps(
+            {
+                "pretrained_config": {"dtype": "float16", "num_attention_heads": 8,
+                                      "mapping": {"world_size": 1, "tp_size": 1},
+                                      "quantization": {"quant_algo": None}},
+                "build_config": {"max_seq_len": 2048, "max_batch_size": 16},
+            }
+        )
+    )
+    engine = await started(config(tmp_path, dtype="float16"))
+    (llm,) = fake_trtllm.LLM.instances
+    assert type(llm).__name__ == "TrtLLM"
+    assert "enable_iter_perf_stats" not in llm.kwargs  # a PyTorch-backend argument
+    assert engine.context_length == 2048
+    await engine.shutdown()
+
+
+async def test_prebuilt_engine_dir_without_the_legacy_backend_is_refused_contract(
+    fake_trtllm, monkeypatch, tmp_path
+):
+    monkeypatch.setitem(sys.modules, "tensorrt_llm._tensorrt_engine", None)  # removed on main mid-2026
+    (tmp_path / "config.json").write_text(
+        json.dumps({"pretrained_config": {"mapping": {"tp_size": 1}}, "build_config": {"max_seq_len": 64}})
+    )
+    with pytest.raises(EngineConfigError, match="no engine backend"):
+        await started(config(tmp_path))
+
+
+async def test_start_validates_the_checkpoint_before_loading_contract(fake_trtllm, tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama", "max_position_embeddings": 512}))
+    (tmp_path / "hf_quant_config.json").write_text(json.dumps({"quantization": {"quant_algo": "FP8"}}))
+    with pytest.raises(EngineConfigError) as err:
+        await started(config(tmp_path, dtype="float16"))
+    assert "float16" in str(err.value) and "'fp8'" in str(err.value)
+    assert fake_trtllm.LLM.instances == []  # refused before anything loaded
+
+
+async def wait_for(condition, timeout_s: float = 10.0) -> None:
+    """Polls ``condition`` until it holds (the fake's executor runs on its own schedule)."""
+    async with asyncio.timeout(timeout_s):
+        while not condition():
+            await asyncio.sleep(0.005)

@@ -1,0 +1,202 @@
+"""The latency model: its predictions from a profile, and what it learns from finished requests."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from router import LatencyModel, LatencyProfile, Load
+
+PROFILE = LatencyProfile(
+    prefill_tokens_per_s=1000.0,
+    base_ttft_ms=50.0,
+    tpot_ms_at_batch_1=40.0,
+    tpot_ms_per_extra_seq=2.0,
+    mean_output_tokens=100.0,
+)
+
+
+def load(**fields) -> Load:
+    idle = {"running": 0.0, "queued": 0.0, "queued_prompt_tokens": 0.0, "waiting_for_slot": 0.0}
+    return Load(**(idle | fields), max_running=16)
+
+
+# A replica unlike the default profile: faster prefill, lower base, cheaper decode, shorter answers.
+def true_ttft(prompt_tokens: int, queued_tokens: float, waiting: float, batch: float) -> float:
+    return 20.0 + 0.2 * (prompt_tokens + queued_tokens) + waiting * 40.0 * true_tpot(batch) / batch
+
+
+def true_tpot(batch: float) -> float:
+    return 5.0 + 0.5 * (batch - 1.0)
+
+
+def feed(model: LatencyModel, n: int, seed: int = 0, noise: float = 0.05) -> None:
+    rng = random.Random(seed)
+    for _ in range(n):
+        prompt, queued = rng.randint(10, 3000), rng.choice([0, 0, 500, 2000])
+        batch, waiting = rng.randint(1, 16), rng.choice([0, 0, 0, 1, 3])
+        model.observe(
+            prompt,
+            true_ttft(prompt, queued, waiting, batch) * rng.uniform(1 - noise, 1 + noise),
+            true_tpot(batch) * rng.uniform(1 - noise, 1 + noise),
+            batch,
+            queued,
+            waiting_for_slot=waiting,
+        )
+
+
+# --- predictions -----------------------------------------------------------------------------------
+
+
+def test_ttft_is_base_plus_prefill_of_the_prompt_and_the_tokens_queued_ahead():
+    model = LatencyModel(PROFILE)
+
+    assert model.predict_ttft_ms(100, load()) == pytest.approx(150.0)
+    assert model.predict_ttft_ms(100, load(queued_prompt_tokens=400)) == pytest.approx(550.0)
+
+
+def test_ttft_includes_waiting_for_running_requests_to_finish():
+    model = LatencyModel(PROFILE)
+    # Every slot busy at TPOT 70 ms: one of 16 running requests finishes every 100 x 70 / 16 ms.
+    full = load(running=16, queued=1, waiting_for_slot=2)
+
+    assert model.predict_ttft_ms(100, full) == pytest.approx(150.0 + 2 * 100 * 70.0 / 16)
+
+
+def test_ttft_includes_the_startup_time_of_a_variant_with_no_ready_replica():
+    model = LatencyModel(PROFILE)
+
+    assert model.predict_ttft_ms(100, load(startup_ms=5000.0)) == pytest.approx(5150.0)
+
+
+def test_tpot_grows_with_the_running_batch():
+    model = LatencyModel(PROFILE)
+
+    assert model.predict_tpot_ms(1) == pytest.approx(40.0)
+    assert model.predict_tpot_ms(9) == pytest.approx(56.0)
+    assert model.predict_tpot_ms(0) == pytest.approx(40.0)  # an empty batch decodes as one
+
+
+def test_the_batch_a_request_decodes_in_counts_what_runs_and_queues_ahead_up_to_the_slots():
+    assert load(running=3, queued=2).batch_when_running == 6
+    assert load(running=16, queued=5).batch_when_running == 16
+
+
+def test_an_unprofiled_model_is_seeded_with_the_profile_defaults():
+    assert LatencyModel().profile() == LatencyProfile()
+    assert LatencyModel(PROFILE).profile() == PROFILE
+
+
+# --- learning --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed_profile", [None, PROFILE], ids=["defaults", "profile"])
+def test_predictions_move_to_the_observed_latencies(seed_profile: LatencyProfile | None):
+    model = LatencyModel(seed_profile)
+    probes = [
+        (100, load()),
+        (2000, load(queued_prompt_tokens=1000)),
+        (500, load(running=16, waiting_for_slot=2)),
+    ]
+
+    def ttft_error() -> float:
+        return max(
+            abs(model.predict_ttft_ms(p, ld) - true_ttft(p, ld.queued_prompt_tokens, ld.waiting_for_slot, 16))
+            / true_ttft(p, ld.queued_prompt_tokens, ld.waiting_for_slot, 16)
+            for p, ld in probes
+        )
+
+    def tpot_error() -> float:
+        return max(abs(model.predict_tpot_ms(b) - true_tpot(b)) / true_tpot(b) for b in (1, 8, 16))
+
+    before = ttft_error(), tpot_error()
+    feed(model, 200)
+    after = ttft_error(), tpot_error()
+
+    assert before[0] > 0.3 and before[1] > 0.3
+    assert after[0] < 0.1 and after[1] < 0.1
+    assert model.observations == 200
+
+
+def test_learned_figures_read_back_as_a_profile():
+    model = LatencyModel(PROFILE)
+
+    feed(model, 300)
+
+    learned = model.profile()
+    assert learned.prefill_tokens_per_s == pytest.approx(5000.0, rel=0.1)
+    assert learned.tpot_ms_at_batch_1 == pytest.approx(5.0, rel=0.1)
+    assert learned.tpot_ms_per_extra_seq == pytest.approx(0.5, rel=0.1)
+    assert learned.mean_output_tokens == pytest.approx(40.0, rel=0.2)
+
+
+def test_one_outlier_barely_moves_a_trained_model():
+    model = LatencyModel(PROFILE)
+    feed(model, 200)
+    before_ttft, before_tpot = model.predict_ttft_ms(500, load()), model.predict_tpot_ms(8)
+
+    # A request stalled 100x (a GC pause, a swapped-out replica) reports once.
+    model.observe(500, 100 * true_ttft(500, 0, 0, 8), 100 * true_tpot(8), 8, 0)
+
+    assert model.predict_ttft_ms(500, load()) == pytest.approx(before_ttft, rel=0.15)
+    assert model.predict_tpot_ms(8) == pytest.approx(before_tpot, rel=0.15)
+
+
+def test_a_lasting_change_of_speed_is_learned_despite_outlier_clipping():
+    model = LatencyModel(PROFILE)
+    feed(model, 200)
+
+    # The replica becomes 4x slower to decode (say, a noisy neighbour), and stays so.
+    for batch in [1, 4, 8, 16] * 40:
+        model.observe(100, 100.0, 4 * true_tpot(batch), batch, 0)
+
+    assert model.predict_tpot_ms(8) == pytest.approx(4 * true_tpot(8), rel=0.1)
+
+
+def test_a_single_token_answer_teaches_ttft_only():
+    model = LatencyModel(PROFILE)
+
+    for _ in range(20):
+        model.observe(100, 30.0, None, 1, 0)
+
+    assert model.predict_ttft_ms(100, load()) == pytest.approx(30.0, rel=0.1)
+    assert model.predict_tpot_ms(1) == pytest.approx(40.0)
+
+
+def test_weights_stay_physical_whatever_is_observed():
+    model = LatencyModel(PROFILE)
+
+    for _ in range(50):
+        model.observe(4000, 0.0, 0.0, 16, 2000, waiting_for_slot=5)
+
+    profile = model.profile()  # validated: a negative or zero rate would not construct
+    assert profile.base_ttft_ms >= 0 and profile.tpot_ms_per_extra_seq >= 0
+    assert model.predict_ttft_ms(100, load()) >= 0
+    assert model.predict_tpot_ms(8) > 0
+
+
+def test_a_weight_pinned_at_its_bound_leaves_the_correction_to_the_others():
+    # Seeded with a 200 ms base; the replica answers 100-token prompts in 20 ms. Shared out, the
+    # correction would push the base below 0: it stops at 0 and the prefill rate must take up the rest.
+    model = LatencyModel(
+        LatencyProfile(base_ttft_ms=200.0, prefill_tokens_per_s=1000.0), prior_observations=0.25
+    )
+
+    for _ in range(3):
+        model.observe(100, 20.0, None, 1, 0)
+
+    assert model.profile().base_ttft_ms == 0.0
+    assert model.predict_ttft_ms(100, load()) == pytest.approx(20.0, rel=0.1)
+
+
+def test_a_long_run_without_queueing_keeps_the_model_finite():
+    # Forgetting grows the uncertainty of a term no observation exercises (here the slot wait) by 1/0.95
+    # each time; unbounded, it would overflow to inf and turn every weight into NaN.
+    model = LatencyModel(PROFILE)
+
+    for _ in range(20_000):
+        model.observe(100, 40.0, 6.0, 4, 0)
+
+    assert model.predict_ttft_ms(100, load(running=16, waiting_for_slot=1)) < 1e5
+    assert model.predict_ttft_ms(100, load()) == pytest.approx(40.0, rel=0.05)

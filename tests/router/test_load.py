@@ -1,0 +1,74 @@
+"""A variant's per-replica load: engine reports merged with the ingress's in-flight count, KV limits,
+replicas that are starting, and the queue bound a request accepts."""
+
+from __future__ import annotations
+
+import pytest
+
+from router import RouterConfig
+from router.load import queue_bound, replica_load, serving_replicas
+from tests.router.views import big
+
+CONFIG = RouterConfig()
+
+
+def test_an_idle_replica_has_a_free_slot_for_a_new_request():
+    load = replica_load(big(), CONFIG)
+
+    assert (load.running, load.queued, load.waiting_for_slot, load.startup_ms) == (0, 0, 0, 0)
+    assert load.batch_when_running == 1
+
+
+def test_unreported_in_flight_requests_take_free_slots_first_then_queue():
+    # The engine reports 10 running; the ingress has 20 of its own in flight, 10 not yet reported.
+    view = big(running_requests=10, inflight=20, inflight_prompt_tokens=20 * 300, max_running_requests=16)
+    load = replica_load(view, CONFIG)
+
+    assert load.running == 16
+    assert load.queued == 4
+    assert load.queued_prompt_tokens == pytest.approx(10 * 300)  # the unreported ones' prompts
+    assert load.waiting_for_slot == 5  # 4 queued ahead + the new request itself
+
+
+def test_in_flight_requests_already_reported_are_not_counted_twice():
+    load = replica_load(big(running_requests=10, queued_requests=2, inflight=8), CONFIG)
+
+    assert (load.running, load.queued) == (10, 2)
+
+
+def test_a_full_kv_cache_leaves_no_free_slot():
+    roomy = replica_load(big(running_requests=8, kv_used_fraction=0.5), CONFIG)
+    full = replica_load(big(running_requests=8, kv_used_fraction=0.97), CONFIG)
+
+    assert roomy.waiting_for_slot == 0
+    assert full.waiting_for_slot == 1
+
+
+def test_load_is_averaged_over_ready_replicas_and_a_free_slot_anywhere_is_taken():
+    two = big(ready_replicas=2, running_requests=31, queued_requests=0)
+    three_queued = big(ready_replicas=2, running_requests=32, queued_requests=6, queued_prompt_tokens=600)
+
+    assert replica_load(two, CONFIG).waiting_for_slot == 0
+    load = replica_load(three_queued, CONFIG)
+    assert (load.running, load.queued, load.queued_prompt_tokens) == (16, 3, 300)
+    assert load.waiting_for_slot == 4
+
+
+def test_starting_replicas_serve_only_where_waiting_is_allowed_and_carry_the_startup_time():
+    starting = big(ready_replicas=0, starting_replicas=2)
+
+    assert serving_replicas(starting, RouterConfig(wait_for_starting_replicas=False)) == 0
+    assert serving_replicas(starting, RouterConfig(wait_for_starting_replicas=True)) == 2
+    assert replica_load(starting, RouterConfig(replica_startup_ms=1234.0)).startup_ms == 1234.0
+
+
+@pytest.mark.parametrize(
+    ("priority", "sheddable", "expected"),
+    [(0, False, 10), (0, True, 3), (2, False, 14), (-1, False, 8), (-1, True, 1), (-5, True, 0)],
+)
+def test_queue_bound_is_lower_for_sheddable_and_lower_priority_requests(priority, sheddable, expected):
+    config = RouterConfig(
+        queue_bound_per_replica=10, sheddable_queue_bound_per_replica=3, queue_bound_per_priority=2
+    )
+
+    assert queue_bound(priority, sheddable, config) == expected

@@ -1,0 +1,274 @@
+"""The SLO policy on constructed states: context limits, pinning, SLO-meeting choice, objectives,
+degrade vs reject, admission control and shedding, replicas that are not (yet) serving."""
+
+from __future__ import annotations
+
+import pytest
+
+from router import SLO, Reason, RequestFeatures, RouterConfig, RouterState, route
+from router.config import Policy
+from tests.router.views import big, saturated, small
+
+INTERACTIVE = SLO(ttft_ms=300.0, tpot_ms=50.0)
+ALL_POLICIES: list[Policy] = ["slo", "round_robin", "least_loaded", "length_threshold", "largest"]
+
+
+def request(prompt_tokens: int = 100, max_tokens: int = 128, **fields) -> RequestFeatures:
+    fields.setdefault("slo", INTERACTIVE)
+    return RequestFeatures(prompt_tokens=prompt_tokens, max_tokens=max_tokens, **fields)
+
+
+def decide(req: RequestFeatures, variants, **config):
+    return route(req, variants, RouterConfig(**config), RouterState())
+
+
+# --- SLO-meeting choice ----------------------------------------------------------------------------
+
+
+def test_idle_big_model_meets_a_tight_slo_so_it_gets_the_request():
+    decision = decide(request(), [small(), big()])
+
+    assert decision.variant == "big"
+    assert decision.reason == Reason.SLO_MET_BEST_QUALITY
+    assert decision.predictions["big"].meets_slo
+    assert decision.predictions["big"].ttft_ms == pytest.approx(150.0)  # 50 base + 100 tokens x 1 ms
+    assert decision.predictions["big"].tpot_ms == pytest.approx(40.0)
+
+
+def test_queued_big_model_sends_the_interactive_request_to_the_small_one():
+    decision = decide(request(), [small(), big(**saturated(queued=4))])
+
+    assert decision.variant == "small"
+    assert decision.reason == Reason.SLO_MET_BEST_QUALITY
+    assert not decision.predictions["big"].meets_slo
+    assert decision.predictions["big"].waiting_for_slot == pytest.approx(5.0)  # 4 queued + itself
+    assert decision.predictions["small"].meets_slo
+
+
+def test_requests_the_ingress_has_in_flight_count_before_the_engines_report_them():
+    # The engines still report big idle, but this ingress has just sent it 40 requests.
+    decision = decide(request(), [small(), big(inflight=40, inflight_prompt_tokens=40 * 500)])
+
+    assert decision.variant == "small"
+
+
+def test_loose_slo_keeps_the_best_quality_even_when_it_is_queued():
+    decision = decide(request(slo=SLO(ttft_ms=None, tpot_ms=None)), [small(), big(**saturated(queued=4))])
+
+    assert decision.variant == "big"
+
+
+def test_the_headroom_keeps_a_prediction_just_under_the_target_from_counting_as_met():
+    # big predicts 150 ms TTFT: inside a 160 ms target, but not inside 90% of it.
+    req = request(slo=SLO(ttft_ms=160.0, tpot_ms=None))
+
+    assert decide(req, [small(), big()], slo_headroom=0.0).variant == "big"
+    assert decide(req, [small(), big()], slo_headroom=0.1).variant == "small"
+
+
+def test_a_single_token_answer_is_not_held_to_a_tpot_target():
+    strict_tpot = SLO(ttft_ms=None, tpot_ms=1.0)
+
+    one_token = decide(request(max_tokens=1, slo=strict_tpot), [small(), big()])
+    two_tokens = decide(request(max_tokens=2, slo=strict_tpot), [small(), big()])
+
+    assert one_token.reason == Reason.SLO_MET_BEST_QUALITY
+    assert two_tokens.reason == Reason.DEGRADED_SMALLEST_VIOLATION
+
+
+# --- objectives ------------------------------------------------------------------------------------
+
+
+def test_quality_objective_takes_the_best_quality_that_meets_the_slo():
+    decision = decide(request(), [small(), big()], objective="quality")
+
+    assert (decision.variant, decision.reason) == ("big", Reason.SLO_MET_BEST_QUALITY)
+
+
+def test_cost_objective_takes_the_cheapest_that_meets_the_slo():
+    decision = decide(request(), [small(), big()], objective="cost")
+
+    assert (decision.variant, decision.reason) == ("small", Reason.SLO_MET_LOWEST_COST)
+
+
+def test_cost_objective_skips_a_cheap_variant_that_would_miss_the_slo():
+    decision = decide(request(), [small(**saturated(queued=30)), big()], objective="cost")
+
+    assert decision.variant == "big"
+
+
+# --- no variant meets the SLO: degrade or reject ---------------------------------------------------
+
+
+def test_degrade_takes_the_smallest_predicted_violation():
+    impossible = SLO(ttft_ms=5.0, tpot_ms=None)
+
+    decision = decide(request(slo=impossible), [big(), small()], on_violation="degrade")
+
+    assert decision.variant == "small"  # 20 ms against 5 ms beats 150 ms against 5 ms
+    assert decision.reason == Reason.DEGRADED_SMALLEST_VIOLATION
+    assert decision.reject_status is None
+    assert 0 < decision.predictions["small"].violation < decision.predictions["big"].violation
+
+
+def test_reject_answers_429_with_retry_after_and_the_predictions():
+    impossible = SLO(ttft_ms=5.0, tpot_ms=None)
+
+    decision = decide(request(slo=impossible), [big(), small()], on_violation="reject", retry_after_s=2.5)
+
+    assert decision.rejected
+    assert (decision.reject_status, decision.retry_after_s) == (429, 2.5)
+    assert decision.reason == Reason.REJECTED_SLO
+    assert set(decision.predictions) == {"big", "small"}
+
+
+# --- context limits --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("policy", ALL_POLICIES)
+def test_a_long_prompt_only_goes_to_a_variant_whose_context_holds_it(policy: Policy):
+    # 3000 + 128 tokens exceed small's 2048; big is saturated, small idle: every policy would like small.
+    for _ in range(3):  # round robin must not take its turn on a variant that cannot hold the request
+        decision = decide(request(prompt_tokens=3000), [small(), big(**saturated(queued=1))], policy=policy)
+
+        assert decision.variant == "big"
+        assert "small" not in decision.predictions
+
+
+@pytest.mark.parametrize(("prompt_tokens", "expected"), [(1920, "small"), (1921, "big")])
+def test_prompt_plus_max_tokens_must_fit_the_context(prompt_tokens: int, expected: str):
+    # small's context is 2048: 1920 + 128 fits exactly, one more token does not.
+    decision = decide(request(prompt_tokens=prompt_tokens, slo=SLO()), [small(), big()], objective="cost")
+
+    assert decision.variant == expected
+
+
+def test_a_request_no_context_holds_is_rejected_with_400_naming_the_sizes():
+    decision = decide(request(prompt_tokens=9000), [small(), big()])
+
+    assert decision.rejected
+    assert (decision.reject_status, decision.reason) == (400, Reason.REJECTED_CONTEXT)
+    assert decision.retry_after_s is None
+    assert "9128" in decision.detail and "8192" in decision.detail
+
+
+# --- pinned requests -------------------------------------------------------------------------------
+
+
+def test_a_pinned_request_goes_to_its_variant_whatever_the_slo_policy_would_pick():
+    decision = decide(request(pinned="big"), [small(), big(**saturated(queued=4))])
+
+    assert (decision.variant, decision.reason) == ("big", Reason.PINNED)
+    assert set(decision.predictions) == {"big"}
+
+
+def test_a_pinned_request_too_long_for_its_variant_is_rejected_not_rerouted():
+    decision = decide(request(prompt_tokens=3000, pinned="small"), [small(), big()])
+
+    assert decision.rejected
+    assert (decision.reject_status, decision.reason) == (400, Reason.REJECTED_CONTEXT)
+    assert "'small'" in decision.detail
+
+
+def test_a_request_pinned_to_an_unknown_variant_is_rejected_with_404():
+    decision = decide(request(pinned="huge"), [small(), big()])
+
+    assert (decision.reject_status, decision.reason) == (404, Reason.REJECTED_UNKNOWN_VARIANT)
+
+
+def test_a_pinned_request_is_still_subject_to_admission_control():
+    variants = [small(), big(**saturated(queued=10))]
+
+    decision = decide(request(pinned="big"), variants, queue_bound_per_replica=4)
+
+    assert (decision.reject_status, decision.reason) == (429, Reason.REJECTED_OVERLOADED)
+
+
+def test_a_request_pinned_to_a_variant_without_replicas_gets_503():
+    decision = decide(request(pinned="big"), [small(), big(ready_replicas=0)])
+
+    assert (decision.reject_status, decision.reason) == (503, Reason.REJECTED_UNAVAILABLE)
+    assert decision.retry_after_s is not None
+
+
+# --- admission control and shedding ----------------------------------------------------------------
+
+
+def test_every_queue_past_its_bound_answers_429_with_retry_after():
+    variants = [small(**saturated(queued=10)), big(**saturated(queued=10))]
+
+    decision = decide(request(), variants, queue_bound_per_replica=8, retry_after_s=3.0)
+
+    assert decision.rejected
+    assert (decision.reject_status, decision.reason, decision.retry_after_s) == (
+        429,
+        Reason.REJECTED_OVERLOADED,
+        3.0,
+    )
+
+
+def test_sheddable_requests_are_rejected_while_others_are_still_admitted():
+    variants = [small(**saturated(queued=4)), big(**saturated(queued=4))]  # 5 waiting for a slot, each
+    config = {"queue_bound_per_replica": 8, "sheddable_queue_bound_per_replica": 2}
+
+    interactive = decide(request(), variants, **config)
+    batch = decide(request(sheddable=True), variants, **config)
+
+    assert interactive.variant is not None
+    assert (batch.reject_status, batch.reason) == (429, Reason.REJECTED_OVERLOADED)
+
+
+def test_a_sheddable_request_leaves_a_queued_variant_to_the_interactive_ones():
+    # No SLO: by quality it would join big's queue; its lower bound sends it to the idle small one.
+    loose = SLO(ttft_ms=None, tpot_ms=None)
+
+    decision = decide(request(slo=loose, sheddable=True), [small(), big(**saturated(queued=4))])
+
+    assert decision.variant == "small"
+
+
+def test_lower_priority_requests_are_rejected_first():
+    variants = [small(**saturated(queued=4)), big(**saturated(queued=4))]  # 5 waiting for a slot, each
+    config = {"queue_bound_per_replica": 4, "queue_bound_per_priority": 2}
+
+    assert decide(request(priority=0), variants, **config).reason == Reason.REJECTED_OVERLOADED
+    assert decide(request(priority=1), variants, **config).variant is not None
+
+
+def test_a_request_finding_a_free_slot_is_admitted_even_with_a_zero_bound():
+    config = {"queue_bound_per_replica": 0, "sheddable_queue_bound_per_replica": 0}
+
+    assert decide(request(), [big(running_requests=15)], **config).variant == "big"
+    assert decide(request(), [big(running_requests=16)], **config).reason == Reason.REJECTED_OVERLOADED
+
+
+# --- replicas that are not serving (yet) ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("policy", ALL_POLICIES)
+def test_variants_without_ready_or_starting_replicas_give_503(policy: Policy):
+    no_replicas = decide(request(), [small(ready_replicas=0), big(ready_replicas=0)], policy=policy)
+    no_variants = decide(request(), [], policy=policy)
+
+    for decision in (no_replicas, no_variants):
+        assert (decision.reject_status, decision.reason) == (503, Reason.REJECTED_UNAVAILABLE)
+        assert decision.retry_after_s is not None
+
+
+def test_a_starting_variant_carries_its_startup_time_and_loses_a_tight_slo():
+    variants = [small(), big(ready_replicas=0, starting_replicas=1)]
+
+    decision = decide(request(), variants, replica_startup_ms=20_000.0)
+
+    assert decision.variant == "small"
+    assert decision.predictions["big"].ttft_ms == pytest.approx(20_150.0)
+
+
+def test_a_starting_variant_may_take_a_request_that_can_wait():
+    variants = [small(), big(ready_replicas=0, starting_replicas=1)]
+    loose = request(slo=SLO(ttft_ms=None, tpot_ms=None))
+
+    assert decide(loose, variants, wait_for_starting_replicas=True).variant == "big"
+    waiting_disallowed = decide(loose, variants, wait_for_starting_replicas=False)
+    assert waiting_disallowed.variant == "small"
+    assert "big" not in waiting_disallowed.predictions

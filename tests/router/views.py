@@ -1,0 +1,55 @@
+"""Constructed variant views for the router tests: two variants whose speeds make predictions easy to follow.
+
+``big``: quality 0.9, 8k context, 1 ms per prompt token, 50 ms base, 40 ms/token (+1 per extra sequence).
+``small``: quality 0.4, 2k context, 0.1 ms per prompt token, 10 ms base, 10 ms/token (+0.1 per extra).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from router import LatencyModel, LatencyProfile, VariantView
+
+BIG_PROFILE = LatencyProfile(
+    prefill_tokens_per_s=1000.0, base_ttft_ms=50.0, tpot_ms_at_batch_1=40.0, tpot_ms_per_extra_seq=1.0
+)
+SMALL_PROFILE = LatencyProfile(
+    prefill_tokens_per_s=10_000.0, base_ttft_ms=10.0, tpot_ms_at_batch_1=10.0, tpot_ms_per_extra_seq=0.1
+)
+
+
+def big(**overrides: Any) -> VariantView:
+    fields: dict[str, Any] = {
+        "name": "big",
+        "context_length": 8192,
+        "quality": 0.9,
+        "cost_per_1k_tokens": 0.5,
+        "ready_replicas": 1,
+        "max_running_requests": 16,
+        "latency": LatencyModel(BIG_PROFILE),
+    }
+    return VariantView(**(fields | overrides))
+
+
+def small(**overrides: Any) -> VariantView:
+    fields: dict[str, Any] = {
+        "name": "small",
+        "context_length": 2048,
+        "quality": 0.4,
+        "cost_per_1k_tokens": 0.05,
+        "ready_replicas": 1,
+        "max_running_requests": 16,
+        "latency": LatencyModel(SMALL_PROFILE),
+    }
+    return VariantView(**(fields | overrides))
+
+
+def saturated(**overrides: Any) -> dict[str, Any]:
+    """Overrides that fill every slot of one replica and queue `queued` requests of 500 tokens each."""
+    queued = overrides.pop("queued", 4)
+    return {
+        "running_requests": 16,
+        "queued_requests": queued,
+        "queued_prompt_tokens": 500 * queued,
+        **overrides,
+    }

@@ -1,0 +1,198 @@
+"""The served app end to end: the default serve_config.yaml on a real Ray Serve, real HTTP, real clients."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+
+import httpx
+import openai
+import pytest
+
+pytestmark = pytest.mark.serve
+
+MODEL = "local-llama"  # serve_config.yaml's public model name
+
+
+@pytest.fixture(scope="module")
+def client(llm_url) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{llm_url}/v1", api_key="unused", max_retries=0, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def http(llm_url):
+    with httpx.Client(base_url=llm_url, timeout=120) as c:
+        yield c
+
+
+def _sse_events(raw: str) -> list[str]:
+    return [line[len("data: ") :] for line in raw.split("\n\n") if line.startswith("data: ")]
+
+
+def test_curl_streams_completion_chunks(llm_url):
+    if shutil.which("curl") is None:
+        pytest.skip("curl is not installed")
+    body = json.dumps({"model": MODEL, "prompt": "The river", "max_tokens": 12, "stream": True, "ignore_eos": True})
+    out = subprocess.run(
+        ["curl", "-sN", "-H", "content-type: application/json", "-d", body, f"{llm_url}/v1/completions"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    events = _sse_events(out)
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert all(c["object"] == "text_completion" for c in chunks)
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+    assert "".join(c["choices"][0]["text"] for c in chunks)
+
+
+def test_openai_completion_streaming_and_not(client):
+    stream = client.completions.create(model=MODEL, prompt="Once upon", max_tokens=10, stream=True, temperature=0)
+    chunks = list(stream)
+    streamed = "".join(c.choices[0].text for c in chunks if c.choices)
+    full = client.completions.create(model=MODEL, prompt="Once upon", max_tokens=10, temperature=0)
+    assert full.choices[0].text == streamed  # greedy: the same text either way
+    assert full.usage is not None and full.usage.completion_tokens <= 10
+
+
+def test_openai_chat_streaming_with_usage_and_not(client):
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say hello"}]
+    stream = client.chat.completions.create(
+        model=MODEL,
+        messages=messages,
+        max_tokens=12,
+        stream=True,
+        temperature=0,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert chunks[-1].usage is not None and chunks[-1].choices == []
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    full = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=12, temperature=0)
+    assert full.choices[0].message.content == text
+    assert full.usage.prompt_tokens == chunks[-1].usage.prompt_tokens
+
+
+def test_chinese_prompt_streams_clean(client):
+    stream = client.completions.create(
+        model=MODEL, prompt="今天天气很好，我们", max_tokens=40, stream=True, temperature=0
+    )
+    pieces = [c.choices[0].text for c in stream if c.choices]
+    assert pieces
+    assert all("\ufffd" not in p for p in pieces), pieces
+
+
+def test_models_lists_public_model_and_variants(client, default_app_args):
+    ids = {m.id for m in client.models.list()}
+    assert MODEL in ids
+    assert {v["name"] for v in default_app_args["variants"]} <= ids
+
+
+def test_pinned_variant_and_request_id_round_trip(http, default_app_args):
+    pinned = default_app_args["variants"][-1]["name"]
+    r = http.post(
+        "/v1/completions",
+        json={"model": pinned, "prompt": "Hi", "max_tokens": 3},
+        headers={"x-request-id": "test-id-123"},
+    )
+    assert r.status_code == 200, r.text
+    assert r.headers["x-variant"] == pinned
+    assert r.headers["x-request-id"] == "test-id-123"
+    assert r.json()["model"] == pinned
+
+
+def _variant(http, name: str) -> dict:
+    return next(v for v in http.get("/variants").json()["variants"] if v["name"] == name)
+
+
+def test_disconnect_mid_stream_frees_the_engine(llm_url, http, default_app_args):
+    name = default_app_args["variants"][-1]["name"]
+    body = {"model": name, "prompt": "Long story", "max_tokens": 2000, "stream": True, "ignore_eos": True}
+    with httpx.Client(base_url=llm_url, timeout=60) as c, c.stream("POST", "/v1/completions", json=body) as r:
+        assert r.status_code == 200
+        lines = r.iter_lines()
+        next(line for line in lines if line.startswith("data: "))
+        deadline = time.monotonic() + 30
+        while _variant(http, name)["running_requests"] < 1:  # the board shows the stream running
+            assert time.monotonic() < deadline, _variant(http, name)
+            time.sleep(0.1)
+    # The client is gone: the engine must drop the request.
+    deadline = time.monotonic() + 30
+    while (v := _variant(http, name))["running_requests"] or v["queued_requests"]:
+        assert time.monotonic() < deadline, v
+        time.sleep(0.2)
+
+
+def test_variants_reports_replicas_and_stats(http, default_app_args):
+    data = http.get("/variants").json()
+    assert data["model"] == MODEL
+    names = [v["name"] for v in data["variants"]]
+    assert names == [v["name"] for v in default_app_args["variants"]]
+    for v in data["variants"]:
+        assert v["replicas"] >= 1
+        assert v["replica_stats"][0]["kv_blocks_total"] > 0
+
+
+def test_health(http):
+    assert http.get("/health").json() == {"status": "ok"}
+
+
+BAD_REQUESTS = [
+    ("malformed json", b"{not json", 400, None),
+    ("not an object", b"[1, 2]", 400, None),
+    ("missing prompt", {"model": MODEL}, 400, "prompt"),
+    ("missing model", {"prompt": "x"}, 400, "model"),
+    ("wrong type", {"model": MODEL, "prompt": "x", "max_tokens": "many"}, 400, "max_tokens"),
+    ("max_tokens zero", {"model": MODEL, "prompt": "x", "max_tokens": 0}, 400, "max_tokens"),
+    ("max_tokens over limit", {"model": MODEL, "prompt": "x", "max_tokens": 10**6}, 400, "max_tokens"),
+    ("temperature out of range", {"model": MODEL, "prompt": "x", "temperature": 3.5}, 400, "temperature"),
+    ("top_p out of range", {"model": MODEL, "prompt": "x", "top_p": 0}, 400, "top_p"),
+    ("unknown model", {"model": "gpt-17", "prompt": "x"}, 404, "model"),
+    ("token id outside vocab", {"model": MODEL, "prompt": [10**9]}, 400, "prompt"),
+]
+
+
+@pytest.mark.parametrize(("case", "body", "status", "param"), BAD_REQUESTS, ids=[c[0] for c in BAD_REQUESTS])
+def test_bad_input_gets_openai_error(http, case, body, status, param):
+    kwargs = {"content": body} if isinstance(body, bytes) else {"json": body}
+    r = http.post("/v1/completions", headers={"content-type": "application/json"}, **kwargs)
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert err["message"] and err["type"]
+    if param:
+        assert err["param"] == param
+
+
+def test_prompt_longer_than_every_context(http):
+    r = http.post("/v1/completions", json={"model": MODEL, "prompt": [300] * 20000, "max_tokens": 1})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["code"] == "context_length_exceeded"
+
+
+def test_body_over_size_limit_gets_413(http, default_app_args):
+    limit = default_app_args.get("limits", {}).get("max_body_bytes", 1 << 20)
+    r = http.post("/v1/completions", json={"model": MODEL, "prompt": "x" * (limit + 10)})
+    assert r.status_code == 413
+    assert r.json()["error"]["code"] == "payload_too_large"
+
+
+def test_unknown_route_answers_openai_error(http):
+    r = http.get("/v1/nothing-here")
+    assert r.status_code == 404
+    assert "error" in r.json()
+
+
+def test_still_serving_after_bad_input(client):
+    out = client.completions.create(model=MODEL, prompt="Still", max_tokens=4)
+    assert out.choices[0].finish_reason in {"stop", "length"}
+
+
+def test_bad_chat_request(http):
+    r = http.post("/v1/chat/completions", json={"model": MODEL, "messages": []})
+    assert r.status_code == 400
+    assert r.json()["error"]["param"] == "messages"
