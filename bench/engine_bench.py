@@ -15,7 +15,6 @@ import statistics
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 from engines.config import HFEngineConfig

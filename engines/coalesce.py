@@ -41,8 +41,11 @@ async def coalesce(source: AsyncIterator[Delta], interval_s: float) -> AsyncIter
     Closing or cancelling this generator closes ``source`` (which aborts the engine request).
     """
     if interval_s <= 0:
-        async for delta in _passthrough(source):
-            yield delta
+        # aclosing: closing this generator must close the passthrough (and so abort the engine request)
+        # at once, not whenever the garbage collector finalizes it.
+        async with contextlib.aclosing(_passthrough(source)) as passthrough:
+            async for delta in passthrough:
+                yield delta
         return
 
     loop = asyncio.get_running_loop()

@@ -11,6 +11,7 @@ error only says *what* went wrong, with a message meant for the client, in the s
     │   └── ModelNotFoundError       an unknown model / variant / builtin name
     ├── AuthenticationError          missing or wrong API key
     ├── OverloadedError              no capacity now: retry after ``retry_after_s``
+    ├── UnavailableError             no replica can serve now (starting, scaled to zero): retry later
     ├── EngineDeadError              the engine cannot serve (crashed, stopped, unhealthy)
     └── EngineConfigError            a configuration that cannot work (raised at start / deploy time)
 """
@@ -66,6 +67,14 @@ class OverloadedError(ServingError):
     """No capacity right now; the client should retry after ``retry_after_s`` seconds."""
 
     def __init__(self, message: str, *, retry_after_s: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class UnavailableError(ServingError):
+    """Nothing can serve the request right now (no ready replica); retry after ``retry_after_s`` seconds."""
+
+    def __init__(self, message: str, *, retry_after_s: float = 5.0) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
 

@@ -322,7 +322,9 @@ class TRTLLMEngine(Engine):
 
     async def _poll_stats(self) -> None:
         interval = self._config.stats_interval_s
-        while True:
+        stopping = self._stopping
+        assert stopping is not None
+        while not stopping.done():
             try:
                 # Entries are consumed when read; keep the newest. It returns early when nothing new.
                 async for entry in self._llm.get_stats_async(timeout=interval):
@@ -331,7 +333,7 @@ class TRTLLMEngine(Engine):
                 raise
             except Exception as e:  # stats are best effort: never let them take the engine down
                 logger.warning("TensorRT-LLM iteration stats unavailable: %s", e)
-            await asyncio.sleep(interval)
+            await asyncio.wait((stopping,), timeout=interval)
 
     def stats(self) -> EngineStats:
         queued, running, kv_used, kv_total = iteration_load(self._iteration_stats, len(self._open))
@@ -368,8 +370,9 @@ class TRTLLMEngine(Engine):
             self._stopping.set_result(None)
         if self._stats_task is not None:
             self._stats_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._stats_task
+            # Bounded: Python 3.11's wait_for (inside TensorRT-LLM's stats queue) can swallow a cancel;
+            # the loop then ends by itself at its next turn because _stopping is resolved.
+            await asyncio.wait((self._stats_task,), timeout=2 * self._config.stats_interval_s + 1)
         for output in list(self._open.values()):
             with contextlib.suppress(Exception):
                 output.abort()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ray import serve
 from ray.serve import Application
 
 from serve_app.config import load_app_config
@@ -9,15 +10,13 @@ from serve_app.engine_deployment import EngineDeployment
 from serve_app.ingress import Ingress
 from serve_app.stats_board import StatsBoard
 
-from ray import serve
-
 
 def variant_deployment_name(variant: str) -> str:
     return f"variant-{variant}"
 
 
 def build_app(args: dict) -> Application:
-    """Validates ``args`` (deploy-time errors name the field) and wires ingress, variants and the stats board."""
+    """Validates ``args`` (deploy-time errors name the field), then wires ingress, variants and stats board."""
     config = load_app_config(args)
     board = StatsBoard.bind()
     variants = {}

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from engines.config import EngineConfig
 from engines.errors import EngineConfigError
+from router import LatencyProfile, RouterConfig
 
 # URL- and metric-label-safe, and short enough to embed in deployment and replica names.
 VARIANT_NAME_PATTERN = r"^[a-zA-Z0-9][a-zA-Z0-9._-]{0,62}$"
@@ -125,8 +126,7 @@ class AutoscalingSpec(_Strict):
     initial_replicas: int | None = Field(
         None,
         ge=0,
-        description="Replicas started at deploy time, within [min_replicas, max_replicas]; None starts "
-        "min_replicas.",
+        description="Replicas started at deploy time, within [min_replicas, max_replicas]; None starts min_replicas.",
     )
     target_ongoing_requests: float = Field(
         16.0,
@@ -148,9 +148,7 @@ class AutoscalingSpec(_Strict):
     def _bounds(self) -> AutoscalingSpec:
         problems = []
         if self.min_replicas > self.max_replicas:
-            problems.append(
-                ("min_replicas", f"{self.min_replicas} is above max_replicas ({self.max_replicas})")
-            )
+            problems.append(("min_replicas", f"{self.min_replicas} is above max_replicas ({self.max_replicas})"))
         elif self.initial_replicas is not None and not (
             self.min_replicas <= self.initial_replicas <= self.max_replicas
         ):
@@ -211,9 +209,7 @@ class VariantConfig(_Strict):
         description="How long a replica being stopped (scale-down, redeploy) may drain its open streams "
         "before it is killed.",
     )
-    health_check_period_s: float = Field(
-        10.0, gt=0, description="Seconds between health checks of a replica."
-    )
+    health_check_period_s: float = Field(10.0, gt=0, description="Seconds between health checks of a replica.")
     health_check_timeout_s: float = Field(
         30.0, gt=0, description="Seconds a health check may take before the replica counts as unhealthy."
     )
@@ -228,6 +224,12 @@ class VariantConfig(_Strict):
         0.0,
         ge=0,
         description="Relative cost of 1000 tokens (prompt + output) on this variant, for the router.",
+    )
+    latency_profile: LatencyProfile | None = Field(
+        None,
+        description="Measured latency figures that seed the router's latency model for this variant "
+        "(from `python -m bench engine` or published figures); None starts from conservative defaults. "
+        "The model keeps learning from every finished request either way.",
     )
 
     @model_validator(mode="after")
@@ -261,9 +263,12 @@ class VariantConfig(_Strict):
 
     def deployment_options(self) -> dict[str, Any]:
         """Keyword arguments for ``serve.deployment(...).options(**...)`` of this variant's deployment."""
+        # Imported here: cluster.placement reads this module's types, and this module is imported first.
+        from cluster.placement import replica_placement
+
         options: dict[str, Any] = {
             "name": self.deployment_name,
-            "ray_actor_options": self.resources.to_ray_actor_options(),
+            **replica_placement(self),
             "max_ongoing_requests": self.max_ongoing_requests,
             "graceful_shutdown_timeout_s": self.graceful_shutdown_timeout_s,
             "health_check_period_s": self.health_check_period_s,
@@ -279,17 +284,14 @@ class VariantConfig(_Strict):
 class IngressConfig(_Strict):
     """The ingress deployment: HTTP parsing, tokenizing, routing and SSE framing (no model weights)."""
 
-    num_replicas: int = Field(
-        1, ge=1, description="Ingress replicas; raise it when one CPU cannot frame all streams."
-    )
+    num_replicas: int = Field(1, ge=1, description="Ingress replicas; raise it when one CPU cannot frame all streams.")
     num_cpus: float = Field(
         0.25, gt=0, description="Logical CPUs reserved per ingress replica (mostly waits on engine replicas)."
     )
     max_ongoing_requests: int = Field(
         1024,
         ge=1,
-        description="Concurrent HTTP requests per ingress replica; an open stream holds one for its whole "
-        "life.",
+        description="Concurrent HTTP requests per ingress replica; an open stream holds one for its whole life.",
     )
 
     def deployment_options(self) -> dict[str, Any]:
@@ -304,26 +306,20 @@ class IngressConfig(_Strict):
 class LimitsConfig(_Strict):
     """Limits the ingress enforces on every request before it reaches an engine."""
 
-    max_body_bytes: int = Field(
-        1 << 20, ge=1, description="Largest accepted request body in bytes (413 above it)."
-    )
-    max_tokens_limit: int = Field(
-        4096, ge=1, description="Largest 'max_tokens' a request may ask for (400 above it)."
-    )
+    max_body_bytes: int = Field(1 << 20, ge=1, description="Largest accepted request body in bytes (413 above it).")
+    max_tokens_limit: int = Field(4096, ge=1, description="Largest 'max_tokens' a request may ask for (400 above it).")
     default_max_tokens: int = Field(
         256, ge=1, description="'max_tokens' of a request that sets none; at most max_tokens_limit."
     )
     max_prompt_tokens: int | None = Field(
         None,
         ge=1,
-        description="Largest prompt in tokens (400 above it); None leaves only the variants' context "
-        "lengths.",
+        description="Largest prompt in tokens (400 above it); None leaves only the variants' context lengths.",
     )
     request_timeout_s: float = Field(
         600.0,
         gt=0,
-        description="Wall-clock limit of one request, streaming included; then its engine request is "
-        "aborted.",
+        description="Wall-clock limit of one request, streaming included; then its engine request is aborted.",
     )
 
     @model_validator(mode="after")
@@ -349,8 +345,8 @@ class AppConfig(_Strict):
     )
     default_variant: str | None = Field(
         None,
-        description="Variant that serves the public model when no routing policy picks one; None means "
-        "the first variant.",
+        description="Variant that serves the public model while the router has no live stats from any "
+        "variant yet (right after a deploy); None means the first variant. Otherwise the router decides.",
     )
     tokenizer: str | None = Field(
         None,
@@ -362,6 +358,11 @@ class AppConfig(_Strict):
     variants: list[VariantConfig] = Field(min_length=1, description="The engine variants, at least one.")
     ingress: IngressConfig = Field(default_factory=IngressConfig, description="The ingress deployment.")
     limits: LimitsConfig = Field(default_factory=LimitsConfig, description="Per-request limits.")
+    router: RouterConfig = Field(
+        default_factory=RouterConfig,
+        description="The routing policy (see router/config.py): which variant serves each request for the "
+        "public model, by its SLO tier and the variants' live load.",
+    )
 
     @model_validator(mode="after")
     def _names(self) -> AppConfig:

@@ -20,6 +20,7 @@ from engines.errors import (
     ModelNotFoundError,
     OverloadedError,
     ServingError,
+    UnavailableError,
 )
 
 logger = logging.getLogger(__name__)
@@ -31,6 +32,7 @@ _STATUS: list[tuple[type[ServingError], int, str, str | None]] = [
     (InvalidRequestError, 400, "invalid_request_error", None),
     (AuthenticationError, 401, "authentication_error", "invalid_api_key"),
     (OverloadedError, 429, "rate_limit_error", "overloaded"),
+    (UnavailableError, 503, "server_error", "no_replica_available"),
     (EngineDeadError, 503, "server_error", "engine_unavailable"),
     (EngineConfigError, 500, "server_error", "engine_misconfigured"),
 ]
@@ -52,7 +54,7 @@ def describe(exc: BaseException) -> tuple[int, dict, dict[str, str]]:
         for cls, status, err_type, code in _STATUS:
             if isinstance(exc, cls):
                 headers = {}
-                if isinstance(exc, OverloadedError):
+                if isinstance(exc, OverloadedError | UnavailableError):
                     headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after_s)))
                 return status, error_body(exc.message, err_type, param=exc.param, code=code), headers
     # Not one of ours: do not leak internals to the client; the log has the traceback.

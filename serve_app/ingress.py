@@ -7,7 +7,6 @@ it, an SSE error event followed by ``data: [DONE]``. If the client goes away, Se
 """
 
 # No `from __future__ import annotations` here: FastAPI must resolve the route parameters' annotations.
-import asyncio
 import json
 import logging
 import time
@@ -21,13 +20,22 @@ from ray.exceptions import RayTaskError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from engines.errors import ContextTooLongError, InvalidRequestError, ModelNotFoundError
+from engines.errors import (
+    ContextTooLongError,
+    InvalidRequestError,
+    ModelNotFoundError,
+    OverloadedError,
+    ServingError,
+    UnavailableError,
+)
 from engines.protocol import Delta, GenerationRequest
+from router import Decision, Prediction, RequestFeatures, features_from_headers
 from serve_app.config import AppConfig
 from serve_app.errors import PayloadTooLargeError, describe, error_body, error_response
 from serve_app.openai_api import ChatCompletionRequest, CompletionRequest, parse_request
 from serve_app.openai_format import DONE, ResponseShape, openai_finish_reason, sse
 from serve_app.prompting import PromptBuilder
+from serve_app.routing import RouteTicket, RoutingTable
 
 logger = logging.getLogger("ray.serve")
 
@@ -38,9 +46,7 @@ def _request_id(request: Request) -> str:
     """The id Serve's proxy uses for this request (the client's x-request-id when sent), so logs line up."""
     from ray.serve.context import _get_serve_request_context  # private, but the only way to read Serve's id
 
-    return (
-        request.headers.get("x-request-id") or _get_serve_request_context().request_id or f"req-{uuid.uuid4().hex}"
-    )
+    return request.headers.get("x-request-id") or _get_serve_request_context().request_id or f"req-{uuid.uuid4().hex}"
 
 
 def _unwrap(exc: BaseException) -> BaseException:
@@ -48,6 +54,20 @@ def _unwrap(exc: BaseException) -> BaseException:
     while isinstance(exc, RayTaskError) and getattr(exc, "cause", None) is not None:
         exc = exc.cause
     return exc
+
+
+def _rejection(decision: Decision, prompt_tokens: int, contexts: dict[str, int]) -> ServingError:
+    """The router's rejection as the project's error, so the one boundary in errors.py translates it."""
+    detail = decision.detail or f"The request was not routed ({decision.reason})."
+    status = decision.reject_status
+    if status == 400:
+        longest = max(contexts.values(), default=0)
+        return ContextTooLongError(detail, prompt_tokens=prompt_tokens, context_length=longest)
+    if status == 404:
+        return ModelNotFoundError(detail)
+    if status == 429:
+        return OverloadedError(detail, retry_after_s=decision.retry_after_s or 1.0)
+    return UnavailableError(detail, retry_after_s=decision.retry_after_s or 5.0)
 
 
 @app.exception_handler(StarletteHTTPException)
@@ -59,17 +79,18 @@ async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResp
     )
 
 
+# Serve pickles the class when it is decorated: module-level helpers it uses must be defined above it.
 @serve.deployment
 @serve.ingress(app)
 class Ingress:
-    def __init__(self, config: dict, variants: dict[str, Any], board: Any) -> None:
+    async def __init__(self, config: dict, variants: dict[str, Any], board: Any) -> None:
         self.config = AppConfig.model_validate(config)
         self._variants = variants  # variant name -> DeploymentHandle
         self._stream_handles = {name: h.options(stream=True) for name, h in variants.items()}
         self._board = board
-        self._prompts = PromptBuilder(self.config.tokenizer or self.config.variants[0].engine.model)
-        self._contexts: dict[str, int] = {}
-        self._contexts_lock = asyncio.Lock()
+        self._prompts = PromptBuilder(self.config.tokenizer_ref)
+        self._routing = RoutingTable(self.config, lambda: board.snapshot.remote())
+        self._routing.start()
         self._created = int(time.time())
 
     # ------------------------------------------------------------------ routes
@@ -87,7 +108,9 @@ class Ingress:
         names = [self.config.model_name] + [v.name for v in self.config.variants]
         return {
             "object": "list",
-            "data": [{"id": n, "object": "model", "created": self._created, "owned_by": "variant-serve"} for n in names],
+            "data": [
+                {"id": n, "object": "model", "created": self._created, "owned_by": "variant-serve"} for n in names
+            ],
         }
 
     @app.get("/health")
@@ -118,10 +141,12 @@ class Ingress:
 
     async def _generate(self, request: Request, *, chat: bool) -> Response:
         request_id = _request_id(request)
+        ticket: RouteTicket | None = None
+        route_headers: dict[str, str] = {}
         try:
             body = await self._read_json(request)
             req = parse_request(ChatCompletionRequest if chat else CompletionRequest, body)
-            variant = self._pick_variant(req.model)
+            pinned = self._check_model(req.model)
             if chat:
                 prompt_ids = self._prompts.chat(req.messages)
                 max_tokens = req.effective_max_tokens()
@@ -129,7 +154,16 @@ class Ingress:
                 prompt_ids = self._prompts.completion(req.prompt)
                 max_tokens = req.max_tokens
             max_tokens = self._check_max_tokens(max_tokens)
-            await self._check_fits_somewhere(len(prompt_ids))
+            self._check_prompt_limit(len(prompt_ids))
+            features = features_from_headers(
+                request.headers, len(prompt_ids), max_tokens, req.priority, pinned, self.config.router
+            )
+            variant, reason, prediction, rejection = await self._route(features)
+            route_headers = {"x-route-reason": reason}
+            if rejection is not None:
+                raise rejection
+            route_headers["x-route-variant"] = variant
+            ticket = self._routing.open(variant, len(prompt_ids), prediction)
             gen_request = GenerationRequest(request_id, prompt_ids, req.sampling(max_tokens))
             stream = self._stream_handles[variant].generate.remote(gen_request)
             try:
@@ -139,11 +173,16 @@ class Ingress:
             except BaseException:
                 stream.cancel()
                 raise
+            self._routing.first_token(ticket)
         except Exception as exc:
             exc = _unwrap(exc)
+            if ticket is not None:
+                self._routing.close(ticket, 0, ok=False)
             status, _, _ = describe(exc)
             logger.info("request %s rejected: %s %s", request_id, status, exc)
-            return error_response(exc)
+            response = error_response(exc)
+            response.headers.update(route_headers)
+            return response
 
         shape = ResponseShape(
             id=("chatcmpl-" if chat else "cmpl-") + request_id.removeprefix("req-"),
@@ -151,18 +190,37 @@ class Ingress:
             created=int(time.time()),
             chat=chat,
         )
-        headers = {"x-variant": variant}  # Serve's proxy adds x-request-id to every response itself
-        logger.info("request %s -> variant %s (%d prompt tokens)", request_id, variant, len(prompt_ids))
+        logger.info("request %s -> %s (%s, %d prompt tokens)", request_id, variant, reason, len(prompt_ids))
         if req.stream:
             return StreamingResponse(
-                self._relay(first, stream, shape, req.include_usage, request_id),
+                self._relay(first, stream, shape, req.include_usage, request_id, ticket),
                 media_type="text/event-stream",
-                headers={**headers, "cache-control": "no-cache"},
+                headers={**route_headers, "cache-control": "no-cache"},
             )
-        return await self._collect(first, stream, shape, headers, request_id)
+        return await self._collect(first, stream, shape, route_headers, ticket)
+
+    async def _route(self, features: RequestFeatures) -> tuple[str, str, Prediction | None, ServingError | None]:
+        """(variant, reason, prediction, rejection): where the request goes, or the error that refuses it."""
+        if not self._routing.has_live_stats():
+            await self._routing.refresh()  # right after a deploy the background refresh may not have run
+        if not self._routing.has_live_stats():
+            # No variant has reported yet: fall back to the pinned or default variant rather than refuse.
+            return features.pinned or self.config.default_variant_name, "no_live_stats", None, None
+        decision = self._routing.decide(features)
+        if decision.rejected:
+            error = _rejection(decision, features.prompt_tokens, self._routing.context_lengths())
+            return "", str(decision.reason), None, error
+        variant = decision.variant or ""
+        return variant, str(decision.reason), decision.predictions.get(variant), None
 
     async def _relay(
-        self, first: Delta, stream: Any, shape: ResponseShape, include_usage: bool, request_id: str
+        self,
+        first: Delta,
+        stream: Any,
+        shape: ResponseShape,
+        include_usage: bool,
+        request_id: str,
+        ticket: RouteTicket,
     ) -> AsyncIterator[bytes]:
         last = first
         done = False
@@ -186,14 +244,16 @@ class Ingress:
             yield sse(body)
             yield DONE
         finally:
+            self._routing.close(ticket, last.completion_tokens, ok=done)
             if not done:  # client went away (cancelled) or the stream failed: abort in the engine
                 stream.cancel()
 
     async def _collect(
-        self, first: Delta, stream: Any, shape: ResponseShape, headers: dict, request_id: str
+        self, first: Delta, stream: Any, shape: ResponseShape, headers: dict, ticket: RouteTicket
     ) -> Response:
         parts = [first.text]
         last = first
+        ok = False
         try:
             while not last.finish_reason:
                 delta = await anext(stream, None)
@@ -201,14 +261,18 @@ class Ingress:
                     break
                 parts.append(delta.text)
                 last = delta
+            ok = True
         except Exception as exc:
-            stream.cancel()
             return error_response(_unwrap(exc))
-        except BaseException:
-            stream.cancel()
-            raise
+        finally:
+            self._routing.close(ticket, last.completion_tokens, ok=ok)
+            if not ok:
+                stream.cancel()
         body = shape.full(
-            "".join(parts), openai_finish_reason(last.finish_reason), last.prompt_tokens, last.completion_tokens
+            "".join(parts),
+            openai_finish_reason(last.finish_reason),
+            last.prompt_tokens,
+            last.completion_tokens,
         )
         return JSONResponse(body, headers=headers)
 
@@ -230,11 +294,12 @@ class Ingress:
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise InvalidRequestError(f"The request body is not valid JSON: {e}") from None
 
-    def _pick_variant(self, model: str) -> str:
+    def _check_model(self, model: str) -> str | None:
+        """The pinned variant for ``model``, None for the public (routed) model; unknown names are 404."""
         if model in self._variants:
-            return model  # pinned
+            return model
         if model == self.config.model_name:
-            return self.config.default_variant or self.config.variants[0].name
+            return None
         known = ", ".join([self.config.model_name, *self._variants])
         raise ModelNotFoundError(f"The model '{model}' does not exist. Known models: {known}.")
 
@@ -244,30 +309,15 @@ class Ingress:
             return limits.default_max_tokens
         if max_tokens <= 0 or max_tokens > limits.max_tokens_limit:
             raise InvalidRequestError(
-                f"max_tokens must be between 1 and {limits.max_tokens_limit}, got {max_tokens}.", param="max_tokens"
+                f"max_tokens must be between 1 and {limits.max_tokens_limit}, got {max_tokens}.",
+                param="max_tokens",
             )
         return max_tokens
 
-    async def _check_fits_somewhere(self, prompt_tokens: int) -> None:
+    def _check_prompt_limit(self, prompt_tokens: int) -> None:
         limit = self.config.limits.max_prompt_tokens
         if limit is not None and prompt_tokens > limit:
             raise InvalidRequestError(
-                f"The prompt has {prompt_tokens} tokens; this endpoint accepts at most {limit}.", param="prompt"
+                f"The prompt has {prompt_tokens} tokens; this endpoint accepts at most {limit}.",
+                param="prompt",
             )
-        contexts = await self._context_lengths()
-        longest = max(contexts.values())
-        if prompt_tokens >= longest:
-            raise ContextTooLongError(
-                f"The prompt has {prompt_tokens} tokens, more than any variant's context "
-                f"(the longest is {longest}).",
-                prompt_tokens=prompt_tokens,
-                context_length=longest,
-            )
-
-    async def _context_lengths(self) -> dict[str, int]:
-        if len(self._contexts) < len(self._variants):
-            async with self._contexts_lock:
-                for name, handle in self._variants.items():
-                    if name not in self._contexts:
-                        self._contexts[name] = (await handle.info.remote())["context_length"]
-        return self._contexts

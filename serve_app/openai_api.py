@@ -34,7 +34,9 @@ class _SamplingFields(BaseModel):
     n: int = Field(1, ge=1, le=1, description="Only one choice per request is supported.")
     stream: bool = False
     stream_options: StreamOptions | None = None
-    priority: int = Field(0, description="Extension: higher goes first when the router must choose.")
+    priority: int | None = Field(
+        None, description="Extension: higher may wait in longer queues; None takes the SLO tier's priority."
+    )
 
     @field_validator("stop")
     @classmethod
@@ -109,7 +111,7 @@ class ChatCompletionRequest(_SamplingFields):
 
 
 def parse_request(model: type[BaseModel], body: Any) -> Any:
-    """Validates ``body`` as ``model``; the first problem becomes an ``InvalidRequestError`` naming its field."""
+    """Validates ``body`` as ``model``; the first problem becomes an ``InvalidRequestError`` naming the field."""
     if not isinstance(body, dict):
         raise InvalidRequestError("The request body must be a JSON object.")
     try:

@@ -65,7 +65,7 @@ def test_loads_offline_through_from_pretrained(name, tiny_dir, small_dir):
     assert result["context"] == BUILTIN_MODELS[name].context_length
     # Trained on the corpus: a Chinese prompt continues in clean Chinese, not in random bytes.
     text = result["text"]
-    assert "\ufffd" not in text
+    assert len(text) >= 5 and "\ufffd" not in text
     assert sum("\u4e00" <= ch <= "\u9fff" for ch in text) >= len(text) // 2
 
 

@@ -49,7 +49,7 @@ def fake_trtllm(monkeypatch):
 def hf_checkpoint(tmp_path) -> Path:
     (tmp_path / "config.json").write_text(
         json.dumps({"model_type": "llama", "torch_dtype": "bfloat16", "num_attention_heads": 8,
-                    "max_position_embeddings": 512})
+                    "max_position_embeddings": 100_000})
     )
     return tmp_path
 
@@ -232,7 +232,7 @@ async def test_stats_come_from_iteration_stats_contract(fake_trtllm, hf_checkpoi
     assert stats.running_requests == 1 and stats.queued_requests == 0
     assert stats.kv_blocks_used >= 1
     assert stats.max_running_requests == 8
-    assert stats.context_length == 512
+    assert stats.context_length == 100_000
     await stream.aclose()
     assert engine.stats().running_requests == 0  # stale iteration stats are capped by open requests
     await engine.shutdown()

@@ -101,7 +101,8 @@ def test_pinned_variant_and_request_id_round_trip(http, default_app_args):
         headers={"x-request-id": "test-id-123"},
     )
     assert r.status_code == 200, r.text
-    assert r.headers["x-variant"] == pinned
+    assert r.headers["x-route-variant"] == pinned
+    assert r.headers["x-route-reason"] == "pinned"
     assert r.headers["x-request-id"] == "test-id-123"
     assert r.json()["model"] == pinned
 
@@ -196,3 +197,21 @@ def test_bad_chat_request(http):
     r = http.post("/v1/chat/completions", json={"model": MODEL, "messages": []})
     assert r.status_code == 400
     assert r.json()["error"]["param"] == "messages"
+
+
+def test_routed_request_says_where_it_went_and_why(http, default_app_args):
+    r = http.post("/v1/completions", json={"model": MODEL, "prompt": "Hi", "max_tokens": 3})
+    assert r.status_code == 200, r.text
+    assert r.headers["x-route-variant"] in {v["name"] for v in default_app_args["variants"]}
+    assert r.headers["x-route-reason"]
+    assert r.headers["x-request-id"]  # Serve's id for the request, also in our logs
+
+
+def test_unknown_slo_tier_is_a_bad_request(http):
+    r = http.post(
+        "/v1/completions",
+        json={"model": MODEL, "prompt": "Hi", "max_tokens": 3},
+        headers={"x-slo-tier": "platinum"},
+    )
+    assert r.status_code == 400
+    assert r.json()["error"]["param"] == "x-slo-tier"

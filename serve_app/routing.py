@@ -1,0 +1,176 @@
+"""The ingress side of routing: live variant views for the pure policy in ``router/``, and its feedback.
+
+The policy itself is a pure function (``router.route``); this module owns what it needs from the running
+system: the stats board's latest snapshot (refreshed in the background, a few times a second), the
+requests this ingress has in flight per variant (fresher than any report), one latency model per variant,
+and the timings of finished requests that train those models.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from router import Decision, LatencyModel, Prediction, RequestFeatures, RouterState, VariantView, route
+from serve_app.config import AppConfig
+
+logger = logging.getLogger("ray.serve")
+
+REFRESH_PERIOD_S = 0.1
+
+
+@dataclass(slots=True)
+class _InFlight:
+    requests: int = 0
+    prompt_tokens: int = 0
+
+
+@dataclass(slots=True)
+class RouteTicket:
+    """One routed request: what the decision assumed, and the timings that come back to train the model."""
+
+    variant: str
+    prompt_tokens: int
+    prediction: Prediction | None
+    start: float = field(default_factory=time.monotonic)
+    first_token_at: float | None = None
+    done: bool = False
+
+
+class RoutingTable:
+    def __init__(self, config: AppConfig, snapshot: Callable[[], Awaitable[dict[str, list[dict]]]]) -> None:
+        self.config = config
+        self._snapshot_fn = snapshot
+        self._snapshot: dict[str, list[dict]] = {}
+        self._variants = {v.name: v for v in config.variants}
+        self._models = {v.name: LatencyModel(v.latency_profile) for v in config.variants}
+        self._inflight = {v.name: _InFlight() for v in config.variants}
+        self._state = RouterState()
+        self._task: asyncio.Task | None = None
+
+    # ------------------------------------------------------------------ live state
+
+    async def refresh(self) -> None:
+        self._snapshot = await self._snapshot_fn()
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._refresh_forever())
+
+    async def _refresh_forever(self) -> None:
+        while True:
+            try:
+                await self.refresh()
+            except Exception:  # a board restart must not stop routing: keep the last snapshot
+                logger.warning("could not refresh variant stats", exc_info=True)
+            await asyncio.sleep(REFRESH_PERIOD_S)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    def views(self) -> list[VariantView]:
+        views = []
+        for name, variant in self._variants.items():
+            replicas = self._snapshot.get(name, [])
+            if not replicas:
+                # No live report: the router sees a variant with no ready replica.
+                views.append(
+                    VariantView(
+                        name=name,
+                        context_length=1,
+                        quality=variant.quality,
+                        cost_per_1k_tokens=variant.cost_per_1k_tokens,
+                        ready_replicas=0,
+                        max_running_requests=1,
+                        latency=self._models[name],
+                    )
+                )
+                continue
+            inflight = self._inflight[name]
+            views.append(
+                VariantView(
+                    name=name,
+                    context_length=min(r["context_length"] for r in replicas),
+                    quality=variant.quality,
+                    cost_per_1k_tokens=variant.cost_per_1k_tokens,
+                    ready_replicas=len(replicas),
+                    max_running_requests=max(1, min(r["max_running_requests"] for r in replicas)),
+                    latency=self._models[name],
+                    queued_requests=sum(r["queued_requests"] for r in replicas),
+                    running_requests=sum(r["running_requests"] for r in replicas),
+                    queued_prompt_tokens=sum(r["queued_prompt_tokens"] for r in replicas),
+                    kv_used_fraction=max(
+                        (_kv_fraction(r) for r in replicas),
+                        default=0.0,
+                    ),
+                    inflight=inflight.requests,
+                    inflight_prompt_tokens=inflight.prompt_tokens,
+                )
+            )
+        return views
+
+    def has_live_stats(self) -> bool:
+        return any(self._snapshot.get(name) for name in self._variants)
+
+    def context_lengths(self) -> dict[str, int]:
+        return {
+            name: min(r["context_length"] for r in replicas)
+            for name, replicas in self._snapshot.items()
+            if replicas and name in self._variants
+        }
+
+    # ------------------------------------------------------------------ decisions and feedback
+
+    def decide(self, features: RequestFeatures) -> Decision:
+        return route(features, self.views(), self.config.router, self._state)
+
+    def open(self, variant: str, prompt_tokens: int, prediction: Prediction | None) -> RouteTicket:
+        inflight = self._inflight[variant]
+        inflight.requests += 1
+        inflight.prompt_tokens += prompt_tokens
+        return RouteTicket(variant, prompt_tokens, prediction)
+
+    def first_token(self, ticket: RouteTicket) -> None:
+        if ticket.first_token_at is None:
+            ticket.first_token_at = time.monotonic()
+
+    def close(self, ticket: RouteTicket, completion_tokens: int, *, ok: bool) -> None:
+        """Ends a ticket once; a successful one trains its variant's latency model."""
+        if ticket.done:
+            return
+        ticket.done = True
+        inflight = self._inflight[ticket.variant]
+        inflight.requests -= 1
+        inflight.prompt_tokens -= ticket.prompt_tokens
+        if not ok or ticket.first_token_at is None or ticket.prediction is None:
+            return
+        now = time.monotonic()
+        ttft_ms = 1000.0 * (ticket.first_token_at - ticket.start)
+        tpot_ms = None
+        if completion_tokens > 1:
+            tpot_ms = 1000.0 * (now - ticket.first_token_at) / (completion_tokens - 1)
+        pred = ticket.prediction
+        self._models[ticket.variant].observe(
+            ticket.prompt_tokens,
+            ttft_ms,
+            tpot_ms,
+            pred.batch_size,
+            pred.queued_tokens_ahead,
+            waiting_for_slot=pred.waiting_for_slot,
+        )
+
+    def learned_profiles(self) -> dict[str, Any]:
+        return {name: model.profile().model_dump() for name, model in self._models.items()}
+
+
+def _kv_fraction(replica_stats: dict) -> float:
+    total = replica_stats["kv_blocks_total"]
+    return replica_stats["kv_blocks_used"] / total if total else 0.0

@@ -1,0 +1,245 @@
+"""The ``openai_server`` backend against a real engine server: ``transformers serve`` as the sidecar command.
+
+trtllm-serve cannot run here; transformers serve (continuous batching, CPU) speaks the same OpenAI
+completions protocol, streams SSE, and aborts a request whose client disconnects. It is strict (422 on
+non-standard fields, string prompts only), which is why these tests use prompt_format 'text' and leave
+sampling_extensions off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from engines.config import OpenAIServerEngineConfig
+from engines.errors import EngineConfigError, EngineDeadError, InvalidRequestError
+from engines.factory import make_engine
+from engines.openai_server import completion_body, parse_metrics, server_argv
+from engines.protocol import FINISH_LENGTH, FINISH_STOP, GenerationRequest, SamplingParams
+
+TRANSFORMERS_SERVE = [
+    str(Path(sys.executable).parent / "transformers"),
+    "serve",
+    "--continuous-batching",
+    "--device",
+    "cpu",
+    "--host",
+    "{host}",
+    "--port",
+    "{port}",
+    "{model}",
+]
+LONG_CONTEXT = 32768
+
+
+@pytest.fixture(scope="module")
+def endless_model(tmp_path_factory) -> Path:
+    """builtin:tiny that never stops by itself: no reachable end-of-sequence id and a long context.
+
+    A cancelled request would otherwise run to its 30000 tokens (a minute or more here), so a server
+    that goes idle right after the cancel shows that the cancel reached it.
+    """
+    from engines.builtin import resolve_model
+
+    target = tmp_path_factory.mktemp("endless") / "model"
+    shutil.copytree(resolve_model("builtin:tiny"), target)
+    config = json.loads((target / "config.json").read_text())
+    never = config["vocab_size"] + 1000  # an id the model cannot produce
+    config.update(max_position_embeddings=LONG_CONTEXT, eos_token_id=never)
+    (target / "config.json").write_text(json.dumps(config))
+    generation = target / "generation_config.json"
+    settings = json.loads(generation.read_text()) if generation.exists() else {}
+    settings["eos_token_id"] = never
+    generation.write_text(json.dumps(settings))
+    return target
+
+
+def sidecar_config(model: Path, **overrides) -> OpenAIServerEngineConfig:
+    overrides.setdefault("coalesce", {"interval_ms": 0})
+    return OpenAIServerEngineConfig(
+        model=str(model), command=TRANSFORMERS_SERVE, prompt_format="text", startup_timeout_s=300, **overrides
+    )
+
+
+@pytest.fixture(scope="module")
+async def sidecar(endless_model):
+    engine = make_engine(sidecar_config(endless_model))
+    await engine.start()
+    try:
+        yield engine
+    finally:
+        await engine.shutdown()
+
+
+@pytest.fixture(scope="module")
+def tokenizer(endless_model):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(endless_model)
+
+
+def request(tokenizer, text: str = "The quick brown fox", **sampling) -> GenerationRequest:
+    sampling.setdefault("temperature", 0.0)
+    ids = tokenizer(text)["input_ids"]
+    return GenerationRequest(f"req-{time.monotonic_ns()}", ids, SamplingParams(**sampling))
+
+
+async def test_streams_deltas_from_the_sidecar(sidecar, tokenizer):
+    deltas = [d async for d in sidecar.generate(request(tokenizer, max_tokens=24))]
+    assert deltas[-1].finish_reason == FINISH_LENGTH
+    assert [d.finish_reason for d in deltas[:-1]] == [None] * (len(deltas) - 1)
+    assert deltas[-1].completion_tokens == 24  # the server's usage
+    assert len([d for d in deltas if d.text]) > 1  # streamed, not one blob
+    assert "".join(d.text for d in deltas).strip()
+    assert sidecar.context_length == LONG_CONTEXT  # from the checkpoint's config.json
+    assert sidecar.process is not None and sidecar.process.poll() is None
+
+
+async def test_stop_string_is_cut_and_never_leaks(sidecar, tokenizer):
+    full = "".join([d.text async for d in sidecar.generate(request(tokenizer, max_tokens=24))])
+    stop = full[8:11]  # greedy decoding: the same text comes again
+    assert stop.strip() and full.find(stop) >= 1
+    deltas = [d async for d in sidecar.generate(request(tokenizer, max_tokens=24, stop=[stop]))]
+    assert "".join(d.text for d in deltas) == full[: full.find(stop)]
+    assert deltas[-1].finish_reason == FINISH_STOP
+
+
+async def test_non_standard_sampling_fields_are_refused_before_the_server(sidecar, tokenizer):
+    with pytest.raises(InvalidRequestError) as err:
+        await anext(sidecar.generate(request(tokenizer, max_tokens=4, top_k=5)))
+    assert err.value.param == "top_k"
+
+
+async def test_the_servers_4xx_is_an_invalid_request(endless_model, sidecar, tokenizer):
+    # Same server, reached by URL, this time sending the extensions transformers serve refuses (422).
+    engine = make_engine(sidecar_config(endless_model, url=sidecar.base_url, sampling_extensions=True))
+    await engine.start()
+    assert engine.process is None  # nothing to manage
+    with pytest.raises(InvalidRequestError, match="422"):
+        await anext(engine.generate(request(tokenizer, max_tokens=4, ignore_eos=True)))
+    await engine.shutdown()
+    await sidecar.check_health()  # closing a URL engine leaves the server alone
+
+
+async def test_cancelling_the_stream_ends_the_request_in_the_sidecar(sidecar, tokenizer):
+    server = psutil.Process(sidecar.process.pid)
+    stream = sidecar.generate(request(tokenizer, max_tokens=30_000, temperature=1.0))
+    first = await anext(stream)
+    assert first.finish_reason is None
+    await stream.aclose()
+    # Generating 30000 tokens keeps the server's CPU busy for a minute; aborted, it goes idle.
+    await wait_until_idle(server, deadline_s=30)
+    # And it still serves.
+    deltas = [d async for d in sidecar.generate(request(tokenizer, max_tokens=4))]
+    assert deltas[-1].finish_reason == FINISH_LENGTH
+    assert sidecar.stats().running_requests == 0
+
+
+async def test_a_sidecar_killed_mid_stream_fails_the_stream_and_the_health_check(endless_model, tokenizer):
+    engine = make_engine(sidecar_config(endless_model))
+    await engine.start()
+    try:
+        await engine.check_health()
+        stream = engine.generate(request(tokenizer, max_tokens=30_000, temperature=1.0))
+        await anext(stream)
+        os.kill(engine.process.pid, signal.SIGKILL)
+        with pytest.raises(EngineDeadError, match="died"):
+            async for _ in stream:
+                pass
+        with pytest.raises(EngineDeadError, match="exit code -9"):
+            await engine.check_health()
+        assert not engine.stats().healthy
+        with pytest.raises(EngineDeadError):
+            await anext(engine.generate(request(tokenizer, max_tokens=4)))
+    finally:
+        await engine.shutdown()
+
+
+async def test_a_server_that_exits_while_starting_is_a_config_error_with_its_output(tmp_path):
+    crash = [sys.executable, "-c", "import sys; print('CUDA error: no GPU found', file=sys.stderr); sys.exit(3)"]
+    engine = make_engine(OpenAIServerEngineConfig(model=str(tmp_path / "absent"), command=crash))
+    with pytest.raises(EngineConfigError) as err:
+        await engine.start()
+    assert "exit code 3" in str(err.value)
+    assert "CUDA error: no GPU found" in str(err.value)
+
+
+async def test_a_missing_server_program_is_a_config_error(tmp_path):
+    engine = make_engine(OpenAIServerEngineConfig(model=str(tmp_path), command=["no-such-trtllm-serve", "{model}"]))
+    with pytest.raises(EngineConfigError, match="no-such-trtllm-serve"):
+        await engine.start()
+
+
+def test_the_default_command_is_trtllm_serve():
+    argv = server_argv(OpenAIServerEngineConfig(model="/m").command, model="/m", host="127.0.0.1", port=8, tp=4)
+    assert argv == ["trtllm-serve", "serve", "/m", "--host", "127.0.0.1", "--port", "8", "--tp_size", "4"]
+
+
+def test_unknown_command_placeholders_are_refused():
+    with pytest.raises(ValueError, match="unknown placeholder"):
+        OpenAIServerEngineConfig(model="/m", command=["serve", "{modle}"])
+
+
+def test_the_request_body_is_standard_openai_unless_extensions_are_on():
+    req = GenerationRequest("r", [1, 2], SamplingParams(max_tokens=7, temperature=0.5, seed=3, stop=["\n"]))
+    body = completion_body(req, model="m", prompt=[1, 2], max_tokens=7, extensions=False)
+    assert body == {
+        "model": "m", "prompt": [1, 2], "max_tokens": 7, "temperature": 0.5, "top_p": 1.0, "stream": True,
+        "seed": 3, "stop": ["\n"],
+    }
+    req.sampling.top_k, req.sampling.ignore_eos = 20, True
+    body = completion_body(req, model="m", prompt=[1, 2], max_tokens=7, extensions=True)
+    assert (body["top_k"], body["ignore_eos"]) == (20, True)
+
+
+def test_trtllm_serve_iteration_stats_are_read():
+    stats = [
+        {"iter": 1, "numActiveRequests": 5, "numQueuedRequests": 2, "kvCacheStats": {"usedNumBlocks": 10}},
+        {"iter": 2, "numActiveRequests": 3, "numQueuedRequests": 1,
+         "kvCacheStats": {"usedNumBlocks": 7, "maxNumBlocks": 100}},
+    ]
+    load = parse_metrics("application/json", json.dumps(stats), open_requests=4)
+    assert (load.running, load.queued, load.kv_used, load.kv_total) == (3, 1, 7, 100)
+    assert parse_metrics("application/json", "[]", open_requests=4) is None  # nothing new since last read
+
+
+def test_vllm_prometheus_metrics_are_read():
+    text = (
+        "# TYPE vllm:num_requests_running gauge\n"
+        'vllm:num_requests_running{model_name="m"} 6.0\n'
+        "# TYPE vllm:num_requests_waiting gauge\n"
+        'vllm:num_requests_waiting{model_name="m"} 2.0\n'
+        "# TYPE vllm:kv_cache_usage_perc gauge\n"
+        'vllm:kv_cache_usage_perc{model_name="m"} 0.25\n'
+    )
+    load = parse_metrics("text/plain; version=0.0.4", text, open_requests=0)
+    assert (load.running, load.queued, load.kv_used, load.kv_total) == (6, 2, 250, 1000)
+    assert parse_metrics("text/plain", "# nothing we know\n", open_requests=0) is None
+
+
+async def wait_until_idle(process: psutil.Process, *, deadline_s: float, busy_cores: float = 0.3) -> None:
+    """Returns once ``process`` (and its children) use less than ``busy_cores`` CPUs over half a second."""
+
+    def cpu_seconds() -> float:
+        total = 0.0
+        for p in [process, *process.children(recursive=True)]:
+            times = p.cpu_times()
+            total += times.user + times.system
+        return total
+
+    end = time.monotonic() + deadline_s
+    while True:
+        before = cpu_seconds()
+        await asyncio.sleep(0.5)
+        if (cpu_seconds() - before) / 0.5 < busy_cores:
+            return
+        assert time.monotonic() < end, f"the server is still busy {deadline_s:g} s after the cancel"

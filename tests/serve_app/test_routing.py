@@ -1,0 +1,93 @@
+"""serve_app.routing: variant views from the stats board, in-flight bookkeeping, and latency feedback."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import yaml
+
+from router import RequestFeatures
+from serve_app.config import load_app_config
+from serve_app.routing import RoutingTable
+from tests.conftest import REPO
+
+
+def _replica(name: str, **overrides) -> dict:
+    stats = {
+        "replica": name,
+        "queued_requests": 0,
+        "running_requests": 0,
+        "queued_prompt_tokens": 0,
+        "kv_blocks_used": 10,
+        "kv_blocks_total": 100,
+        "tokens_per_s": 0.0,
+        "healthy": True,
+        "context_length": 1024,
+        "max_running_requests": 16,
+    }
+    return {**stats, **overrides}
+
+
+@pytest.fixture
+def table() -> RoutingTable:
+    args = yaml.safe_load((REPO / "serve_config.yaml").read_text())["applications"][0]["args"]
+    return RoutingTable(load_app_config(args), snapshot=None)  # type: ignore[arg-type]
+
+
+def test_without_reports_every_variant_has_no_ready_replica(table):
+    assert not table.has_live_stats()
+    assert all(v.ready_replicas == 0 for v in table.views())
+
+
+def test_views_sum_replica_loads_and_take_the_smallest_limits(table):
+    table._snapshot = {
+        "tiny": [
+            _replica("a", running_requests=3, queued_requests=1, queued_prompt_tokens=40, kv_blocks_used=50),
+            _replica("b", running_requests=2, context_length=512),
+        ]
+    }
+    view = next(v for v in table.views() if v.name == "tiny")
+    assert view.ready_replicas == 2
+    assert view.running_requests == 5
+    assert view.queued_requests == 1
+    assert view.queued_prompt_tokens == 40
+    assert view.context_length == 512
+    assert view.kv_used_fraction == pytest.approx(0.5)
+    assert table.context_lengths() == {"tiny": 512}
+
+
+def test_inflight_counts_open_and_close_once(table):
+    table._snapshot = {"tiny": [_replica("a")]}
+    ticket = table.open("tiny", 30, None)
+    view = next(v for v in table.views() if v.name == "tiny")
+    assert (view.inflight, view.inflight_prompt_tokens) == (1, 30)
+    table.close(ticket, 5, ok=True)
+    table.close(ticket, 5, ok=True)  # a second close must not double-count
+    view = next(v for v in table.views() if v.name == "tiny")
+    assert (view.inflight, view.inflight_prompt_tokens) == (0, 0)
+
+
+def test_finished_requests_train_the_variants_latency_model(table):
+    table._snapshot = {"tiny": [_replica("a")], "small": [_replica("b", context_length=4096)]}
+    decision = table.decide(RequestFeatures(prompt_tokens=20, max_tokens=8))
+    assert decision.variant is not None
+    before = table._models[decision.variant].predict_tpot_ms(1.0)
+    for _ in range(50):
+        ticket = table.open(decision.variant, 20, decision.predictions[decision.variant])
+        # TTFT 10 ms, then 9 more tokens over 9 s: a very slow 1000 ms per output token.
+        now = time.monotonic()
+        ticket.start, ticket.first_token_at = now - 9.010, now - 9.0
+        table.close(ticket, 10, ok=True)
+    after = table._models[decision.variant].predict_tpot_ms(1.0)
+    assert after > before  # the model moved toward what it observed
+
+
+def test_failed_requests_do_not_train(table):
+    table._snapshot = {"tiny": [_replica("a")]}
+    decision = table.decide(RequestFeatures(prompt_tokens=20, max_tokens=8))
+    model = table._models[decision.variant]
+    before = model.profile()
+    ticket = table.open(decision.variant, 20, decision.predictions[decision.variant])
+    table.close(ticket, 0, ok=False)
+    assert model.profile() == before
