@@ -183,7 +183,7 @@ async def send_request(
         ):
             response = source.response
             record.status = response.status_code
-            record.variant = response.headers.get("x-variant")
+            record.variant = response.headers.get("x-route-variant")
             record.server_request_id = response.headers.get("x-request-id")
             if response.status_code != 200:
                 await response.aread()

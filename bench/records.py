@@ -36,7 +36,7 @@ class RequestRecord:
     slo_ttft_ms: float | None = None
     slo_tpot_ms: float | None = None
     slo_met: bool = False
-    variant: str | None = None  # response header x-variant: which engine variant served it
+    variant: str | None = None  # response header x-route-variant: which engine variant served it
     server_request_id: str | None = None  # response header x-request-id
 
     @property

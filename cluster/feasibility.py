@@ -308,6 +308,17 @@ def check_feasibility(config: AppConfig, shape: ClusterShape) -> FeasibilityRepo
     return FeasibilityReport(cluster=shape.describe(), fits=fits, problems=problems, warnings=warnings)
 
 
+def fits_all(config: AppConfig, shape: ClusterShape, replicas: dict[str, int]) -> bool:
+    """Whether ``replicas`` (deployment name -> count; the ingress is named ``'ingress'``, a missing name means
+    its deploy-time count) all fit on ``shape`` together, by the same packing as :func:`check_feasibility`."""
+    nodes = [_Node.empty(node) for node in shape.nodes]
+    for deployment in sorted(_deployments(config), key=_size_key):
+        for _ in range(replicas.get(deployment.name, deployment.deploy)):
+            if _place(nodes, deployment.bundles) is None:
+                return False
+    return True
+
+
 def ensure_feasible(config: AppConfig, shape: ClusterShape) -> FeasibilityReport:
     """:func:`check_feasibility`, raising EngineConfigError that lists every problem when a replica cannot fit."""
     report = check_feasibility(config, shape)

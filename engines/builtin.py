@@ -114,6 +114,10 @@ BUILTIN_MODELS: dict[str, BuiltinSpec] = {
 
 def resolve_model(model: str) -> str:
     """Returns a loadable model reference: the generated directory for ``builtin:<name>``, else ``model``."""
+    if model.startswith("random:"):  # random weights of a real shape, for GPU measurements
+        from engines.random_models import resolve_random
+
+        return str(resolve_random(model))
     if not model.startswith(BUILTIN_PREFIX):
         return model
     return str(ensure_builtin(model.removeprefix(BUILTIN_PREFIX)))

@@ -321,6 +321,7 @@ class OpenAIServerEngine(Engine):
                 async for delta in self._deltas(request, response):
                     yield delta
         except httpx.TransportError as e:  # connection refused / reset / cut mid-body / idle timeout
+            await self._let_a_dying_server_exit()
             raise EngineDeadError(self._dead_reason(f"the engine server's stream broke ({e!r})")) from None
         finally:
             self._open -= 1
@@ -411,6 +412,13 @@ class OpenAIServerEngine(Engine):
             raise EngineDeadError(
                 self._dead_reason(f"the engine server's /health answered {response.status_code}: {response.text}")
             )
+
+    async def _let_a_dying_server_exit(self) -> None:
+        # A killed server's sockets close a moment before it can be reaped: give it that moment, so that
+        # the error says the server died (and how) rather than only that the stream broke.
+        if self._process is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                await asyncio.to_thread(self._process.wait, 1.0)
 
     def _client_or_dead(self) -> httpx.AsyncClient:
         if self._closed is not None:

@@ -81,7 +81,7 @@ def error_response(body: dict[str, Any]) -> Response | None:
 
 
 def response_headers(request_id: str | None) -> dict[str, str]:
-    return {"x-variant": VARIANT, "x-request-id": f"srv-{request_id}"}
+    return {"x-route-variant": VARIANT, "x-request-id": f"srv-{request_id}"}
 
 
 def make_app(variants: list[dict[str, Any]] | None = None) -> Starlette:
