@@ -188,10 +188,7 @@ def why_no_node_fits(name: str, bundles: list[dict[str, float]], gpus: int, shap
         )
         where = f"{kind} node" if kind else "node"
         tp = f" (tensor_parallel_size {gpus})" if gpus > 1 else ""
-        return (
-            f"{name}: one replica needs {wanted_gpus:g} GPUs{one_node}{tp}, but the largest {where} has "
-            f"{most_gpus}"
-        )
+        return f"{name}: one replica needs {wanted_gpus:g} GPUs{one_node}{tp}, but the largest {where} has {most_gpus}"
     for resource in ("CPU", "memory", *sorted(total)):
         if resource not in total or resource == "GPU":
             continue

@@ -20,7 +20,7 @@ exactly the placement the app deploys.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from enum import Enum
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ ACCELERATOR_REQUEST = 0.001
 REPLICA_BUNDLE = 0
 
 
-class WorkerLayout(str, Enum):
+class WorkerLayout(StrEnum):
     """Where an engine runs its tensor-parallel ranks."""
 
     IN_REPLICA = "in_replica"  # the replica process and its children (MPI, device map, a sidecar server)

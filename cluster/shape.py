@@ -31,7 +31,7 @@ from engines.errors import EngineConfigError
 UNBOUNDED = math.inf
 _GROUP = re.compile(r"^(?P<count>\d+)x(?P<gpus>\d+)(?:x(?P<type>[A-Za-z0-9_.-]+))?(?::(?P<extra>.+))?$")
 _SIZE = re.compile(r"^(?P<number>\d+(?:\.\d+)?)(?P<unit>[KMGT]i?)?$")
-_UNITS = {
+_UNITS: dict[str | None, int] = {
     None: 1,
     **{unit: 1000 ** (index + 1) for index, unit in enumerate("KMGT")},
     **{f"{unit}i": 1024 ** (index + 1) for index, unit in enumerate("KMGT")},
@@ -113,8 +113,7 @@ def _group_nodes(index: int, group: str) -> list[NodeShape]:
         except ValueError as error:
             raise EngineConfigError(f"cluster shape group {group!r}: {key}: {error}") from None
     return [
-        NodeShape(name=f"group{index}-node{node}", resources=dict(resources))
-        for node in range(int(match["count"]))
+        NodeShape(name=f"group{index}-node{node}", resources=dict(resources)) for node in range(int(match["count"]))
     ]
 
 

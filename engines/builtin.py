@@ -42,7 +42,7 @@ from engines.errors import EngineConfigError, ModelNotFoundError
 
 BUILTIN_PREFIX = "builtin:"
 # Bump when the way files are generated changes, so that stale caches are not reused.
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 
 VOCAB_SIZE = 1024
 BOS, EOS, PAD = "<|bos|>", "<|eos|>", "<|pad|>"
@@ -66,8 +66,10 @@ CHAT_TEMPLATE = (
 )
 
 # Training runs on a fixed number of threads: the reduction order of CPU kernels (and so the last bits
-# of the weights) may depend on it, and replicas run with different thread settings.
-_TRAIN_THREADS = 2
+# of the weights) may depend on it, and replicas run with different thread settings. One thread, because
+# these matrices are too small to gain from more, and because OpenMP threads that spin-wait on a busy
+# machine (several replicas building at once) made a two-thread build several times slower.
+_TRAIN_THREADS = 1
 
 
 @dataclass(frozen=True)
@@ -94,7 +96,7 @@ class BuiltinSpec:
 # Decoding at batch 1 on a CPU is bound by per-layer overhead more than by width, so "small" is slower
 # through depth. Trained from scratch, a 10-layer model needs far more steps than the few-seconds budget
 # allows, so it grows from "tiny" (see ``grow_from``). Measured on 2 cores, plain model.generate at
-# batch 1: tiny ~750 tok/s, small ~200 tok/s. Adding a size is one line.
+# batch 1: tiny ~850 tok/s, small ~250 tok/s. Adding a size is one line.
 BUILTIN_MODELS: dict[str, BuiltinSpec] = {
     "tiny": BuiltinSpec("fast, short context", 64, 2, 4, 2, 172, 1024, train_steps=200, learning_rate=1e-2),
     "small": BuiltinSpec(
@@ -294,9 +296,7 @@ def _build(spec: BuiltinSpec, out: Path) -> None:
             if unexpected:
                 raise EngineConfigError(f"{spec.grow_from} does not fit into this model: {unexpected[:3]}")
         loss = _train(model, stream, spec)
-    model.generation_config = GenerationConfig(
-        bos_token_id=ids[BOS], eos_token_id=ids[EOS], pad_token_id=ids[PAD]
-    )
+    model.generation_config = GenerationConfig(bos_token_id=ids[BOS], eos_token_id=ids[EOS], pad_token_id=ids[PAD])
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     info = {

@@ -177,7 +177,8 @@ def _mismatches(
 
 
 def _read_hf(path: Path, config: dict[str, Any]) -> CheckpointInfo:
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+    nested = config.get("text_config")
+    text: dict[str, Any] = nested if isinstance(nested, dict) else {}
 
     def get(key: str) -> Any:
         # Multimodal configs nest the language model's settings under text_config.

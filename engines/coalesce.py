@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 
 from engines.protocol import Delta
 
@@ -35,7 +35,7 @@ def merge_deltas(deltas: list[Delta]) -> Delta:
     )
 
 
-async def coalesce(source: AsyncIterator[Delta], interval_s: float) -> AsyncIterator[Delta]:
+async def coalesce(source: AsyncIterator[Delta], interval_s: float) -> AsyncGenerator[Delta, None]:
     """Yields ``source``'s deltas, merged so that at most one chunk leaves every ``interval_s`` after the first.
 
     Closing or cancelling this generator closes ``source`` (which aborts the engine request).
@@ -98,7 +98,7 @@ async def coalesce(source: AsyncIterator[Delta], interval_s: float) -> AsyncIter
         await _aclose(source)
 
 
-async def _passthrough(source: AsyncIterator[Delta]) -> AsyncIterator[Delta]:
+async def _passthrough(source: AsyncIterator[Delta]) -> AsyncGenerator[Delta, None]:
     try:
         async for delta in source:
             yield delta

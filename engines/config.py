@@ -267,6 +267,4 @@ class OpenAIServerEngineConfig(_Strict):
 
 
 # pydantic picks the member by ``backend`` (and names it in errors).
-EngineConfig = Annotated[
-    HFEngineConfig | TRTLLMEngineConfig | OpenAIServerEngineConfig, Field(discriminator="backend")
-]
+EngineConfig = Annotated[HFEngineConfig | TRTLLMEngineConfig | OpenAIServerEngineConfig, Field(discriminator="backend")]

@@ -18,7 +18,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from engines.coalesce import coalesce
@@ -104,7 +104,7 @@ class HFEngine(Engine):
             model_kwargs: dict[str, Any] = {"dtype": dtype}
             if cfg.attn_implementation:
                 model_kwargs["attn_implementation"] = cfg.attn_implementation
-            self.model = AutoModelForCausalLM.from_pretrained(path, **model_kwargs).to(device)
+            self.model = AutoModelForCausalLM.from_pretrained(path, **model_kwargs).to(device)  # type: ignore[arg-type]
         except (OSError, ValueError) as e:
             raise EngineConfigError(f"engine.model: cannot load {cfg.model!r} ({path}): {e}") from e
         self.model.eval()
@@ -210,7 +210,7 @@ class HFEngine(Engine):
 
     # ---------------------------------------------------------------- generation
 
-    def generate(self, request: GenerationRequest) -> AsyncIterator[Delta]:
+    def generate(self, request: GenerationRequest) -> AsyncGenerator[Delta, None]:
         interval_s = self.config.coalesce.interval_ms / 1000.0
         return coalesce(self._stream(request), interval_s)
 
@@ -230,8 +230,7 @@ class HFEngine(Engine):
         stats = self.stats()
         if stats.queued_requests >= self.config.max_queued_requests:
             raise OverloadedError(
-                f"The engine has {stats.queued_requests} requests waiting (limit "
-                f"{self.config.max_queued_requests}).",
+                f"The engine has {stats.queued_requests} requests waiting (limit {self.config.max_queued_requests}).",
                 retry_after_s=1.0,
             )
 

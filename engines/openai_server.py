@@ -35,7 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -252,6 +252,7 @@ class OpenAIServerEngine(Engine):
                 preexec_fn=_die_with_parent,
             )
         except OSError as e:
+            self._log_path.unlink(missing_ok=True)
             raise EngineConfigError(
                 f"cannot start the engine server {argv[0]!r}: {e}. Is it installed in this environment "
                 "(or set engine.url to a running server)? See docs/tensorrt-llm.md."
@@ -297,7 +298,7 @@ class OpenAIServerEngine(Engine):
             "does not say): set engine.max_seq_len."
         )
 
-    def generate(self, request: GenerationRequest) -> AsyncIterator[Delta]:
+    def generate(self, request: GenerationRequest) -> AsyncGenerator[Delta, None]:
         return coalesce(self._stream(request), self._config.coalesce.interval_ms / 1000.0)
 
     async def _stream(self, request: GenerationRequest) -> AsyncIterator[Delta]:
@@ -339,7 +340,7 @@ class OpenAIServerEngine(Engine):
                 error = chunk.get("error", chunk.get("message"))
                 raise EngineDeadError(f"the engine server failed mid-stream: {error}")
             choices = chunk.get("choices") or [{}]
-            choice = next((c for c in choices if c.get("index", 0) == 0), {})
+            choice: dict[str, Any] = next((c for c in choices if c.get("index", 0) == 0), {})
             piece = choice.get("text") or ""
             ids = list(choice.get("token_ids") or [])
             completion_tokens += len(ids) or (1 if piece else 0)
@@ -461,7 +462,11 @@ class OpenAIServerEngine(Engine):
         if self._client is not None:
             await self._client.aclose()
         if self._process is not None:
+            died = self._process.poll() is not None
             await asyncio.to_thread(_terminate, self._process, self._config.shutdown_grace_s)
+            if not died and self._log_path is not None:
+                # A server that died keeps its log for the post-mortem; a clean stop leaves no litter.
+                self._log_path.unlink(missing_ok=True)
 
 
 async def _raise_for_status(response: httpx.Response) -> None:
@@ -480,10 +485,8 @@ def _terminate(process: subprocess.Popen, grace_s: float) -> None:
     """SIGTERM the server's process group, SIGKILL it after ``grace_s``; waits for the server to exit."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGTERM)
-    try:
+    with contextlib.suppress(subprocess.TimeoutExpired):
         process.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        pass
     # Also any worker (MPI ranks) the server left behind in its group.
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import abc
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 
 from engines.errors import ContextTooLongError, InvalidRequestError
@@ -113,8 +113,7 @@ def validate_request(request: GenerationRequest, *, context_length: int, vocab_s
     n = len(request.prompt_token_ids)
     if n >= context_length:
         raise ContextTooLongError(
-            f"The prompt has {n} tokens but this model's context length is {context_length}: "
-            "shorten the prompt.",
+            f"The prompt has {n} tokens but this model's context length is {context_length}: shorten the prompt.",
             prompt_tokens=n,
             context_length=context_length,
         )
@@ -128,7 +127,7 @@ class Engine(abc.ABC):
         """Loads the model and starts the engine's loop. Raises ``EngineConfigError`` when it cannot."""
 
     @abc.abstractmethod
-    def generate(self, request: GenerationRequest) -> AsyncIterator[Delta]:
+    def generate(self, request: GenerationRequest) -> AsyncGenerator[Delta, None]:
         """Streams the request's output; closing or cancelling the iterator aborts the request."""
 
     @abc.abstractmethod

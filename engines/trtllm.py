@@ -27,7 +27,7 @@ import contextlib
 import importlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from engines.checkpoint import CheckpointInfo, validate_checkpoint, visible_gpu_count
@@ -218,11 +218,9 @@ class TRTLLMEngine(Engine):
         ):
             if isinstance(candidate, int) and candidate > 0:
                 return candidate
-        raise EngineConfigError(
-            f"cannot tell the context length of {self._config.model!r}: set engine.max_seq_len."
-        )
+        raise EngineConfigError(f"cannot tell the context length of {self._config.model!r}: set engine.max_seq_len.")
 
-    def generate(self, request: GenerationRequest) -> AsyncIterator[Delta]:
+    def generate(self, request: GenerationRequest) -> AsyncGenerator[Delta, None]:
         return coalesce(self._stream(request), self._config.coalesce.interval_ms / 1000.0)
 
     async def _stream(self, request: GenerationRequest) -> AsyncIterator[Delta]:
@@ -337,9 +335,7 @@ class TRTLLMEngine(Engine):
 
     def stats(self) -> EngineStats:
         queued, running, kv_used, kv_total = iteration_load(self._iteration_stats, len(self._open))
-        max_running = self._config.max_batch_size or int(
-            (self._iteration_stats or {}).get("maxNumActiveRequests", 0)
-        )
+        max_running = self._config.max_batch_size or int((self._iteration_stats or {}).get("maxNumActiveRequests", 0))
         return EngineStats(
             queued_requests=queued,
             running_requests=running,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ray import serve
 from ray.serve import Application
 
@@ -10,25 +12,21 @@ from serve_app.engine_deployment import EngineDeployment
 from serve_app.ingress import Ingress
 from serve_app.stats_board import StatsBoard
 
-
-def variant_deployment_name(variant: str) -> str:
-    return f"variant-{variant}"
+# serve.deployment's decorators add .bind/.options at runtime; typed as Any so mypy follows along.
+_Ingress: Any = Ingress
+_StatsBoard: Any = StatsBoard
+_EngineDeployment: Any = serve.deployment(EngineDeployment)
 
 
 def build_app(args: dict) -> Application:
     """Validates ``args`` (deploy-time errors name the field), then wires ingress, variants and stats board."""
     config = load_app_config(args)
-    board = StatsBoard.bind()
-    variants = {}
-    for variant in config.variants:
-        options = variant.deployment_options()
-        options["name"] = variant_deployment_name(variant.name)
-        variants[variant.name] = (
-            serve.deployment(EngineDeployment).options(**options).bind(variant.model_dump(mode="json"), board)
+    board = _StatsBoard.bind()
+    variants = {
+        variant.name: _EngineDeployment.options(**variant.deployment_options()).bind(
+            variant.model_dump(mode="json"), board
         )
-    ingress = config.ingress
-    return Ingress.options(
-        num_replicas=ingress.num_replicas,
-        max_ongoing_requests=ingress.max_ongoing_requests,
-        ray_actor_options={"num_cpus": ingress.num_cpus},
-    ).bind(config.model_dump(mode="json"), variants, board)
+        for variant in config.variants
+    }
+    ingress = _Ingress.options(**config.ingress.deployment_options())
+    return ingress.bind(config.model_dump(mode="json"), variants, board)

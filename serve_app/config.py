@@ -14,10 +14,11 @@ Check a file without Ray running::
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import typing
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -28,6 +29,17 @@ from router import LatencyProfile, RouterConfig
 
 # URL- and metric-label-safe, and short enough to embed in deployment and replica names.
 VARIANT_NAME_PATTERN = r"^[a-zA-Z0-9][a-zA-Z0-9._-]{0,62}$"
+
+# serve_app.autoscaling.POLICY_PATH, spelled out: importing that module here would import the policy
+# into every process that reads a config (tests check the two agree).
+ENGINE_LOAD_POLICY = "serve_app.autoscaling:EngineLoadPolicy"
+
+# LimitsConfig's defaults, also used to size a lone VariantConfig's drain timeout.
+DEFAULT_MAX_TOKENS_LIMIT = 4096
+DEFAULT_REQUEST_TIMEOUT_S = 600.0
+# Added to a computed drain timeout: Serve checks for open requests every graceful_shutdown_wait_loop_s
+# (2 s) and then runs the replica's __del__ (engine shutdown) inside the same budget.
+DRAIN_MARGIN_S = 10.0
 
 
 class _Problems(ValueError):
@@ -143,6 +155,59 @@ class AutoscalingSpec(_Strict):
         description="How long load must stay below target before replicas are removed. Long by default: "
         "an LLM replica is expensive to start again.",
     )
+    downscale_to_zero_delay_s: float | None = Field(
+        None,
+        ge=0,
+        description="With min_replicas 0: how long a variant must be idle before its last replica goes; "
+        "None uses downscale_delay_s.",
+    )
+    policy: Literal["engine_load", "ongoing_requests"] = Field(
+        "engine_load",
+        description="'engine_load' scales on what the engines report (batch slots in use, queued prefill "
+        "tokens, KV cache, recent TTFT/TPOT against the targets below; router/autoscaling.py); "
+        "'ongoing_requests' is Serve's default policy (requests per replica vs target_ongoing_requests).",
+    )
+    target_batch_utilization: float = Field(
+        0.75,
+        gt=0,
+        le=1,
+        description="engine_load: share of each replica's batch slots (max_running_requests) that running "
+        "plus waiting sequences should fill; more demand adds replicas.",
+    )
+    target_queued_prompt_tokens: float = Field(
+        4096.0,
+        gt=0,
+        description="engine_load: prompt tokens waiting for prefill that one replica may hold; roughly its "
+        "prefill tokens/s times the TTFT you can spend queueing.",
+    )
+    target_kv_fraction: float = Field(
+        0.8, gt=0, le=1, description="engine_load: share of each replica's KV cache that should be in use."
+    )
+    ttft_target_ms: float | None = Field(
+        None,
+        gt=0,
+        description="engine_load: recent mean TTFT above this (less slo_headroom) on busy replicas adds a "
+        "replica; None ignores TTFT.",
+    )
+    tpot_target_ms: float | None = Field(
+        None, gt=0, description="engine_load: the same for time per output token; None ignores TPOT."
+    )
+    slo_headroom: float = Field(
+        0.1, ge=0, lt=1, description="engine_load: fraction of the latency targets kept as margin."
+    )
+    look_back_period_s: float = Field(
+        30.0,
+        gt=0,
+        description="Window over which Serve averages the load figures before each decision: shorter "
+        "reacts faster to a spike, longer ignores blips.",
+    )
+    metrics_interval_s: float | None = Field(
+        None,
+        gt=0,
+        description="How often replicas push their figures to Serve's controller (Serve's own default: "
+        "10 s, which delays every decision by up to that much). Deprecated by Ray in favour of an "
+        "environment variable it does not read yet in 2.60: setting it logs a DeprecationWarning.",
+    )
 
     @model_validator(mode="after")
     def _bounds(self) -> AutoscalingSpec:
@@ -173,7 +238,28 @@ class AutoscalingSpec(_Strict):
         }
         if self.initial_replicas is not None:
             config["initial_replicas"] = self.initial_replicas
+        if self.downscale_to_zero_delay_s is not None:
+            config["downscale_to_zero_delay_s"] = self.downscale_to_zero_delay_s
+        config["look_back_period_s"] = self.look_back_period_s
+        if self.metrics_interval_s is not None:
+            config["metrics_interval_s"] = self.metrics_interval_s
+        if self.policy == "engine_load":
+            # A string import path: Serve imports it, pickles it into its controller, and instantiates the
+            # class once with policy_kwargs (ray/serve/_private/autoscaling_state.py).
+            config["policy"] = {"policy_function": ENGINE_LOAD_POLICY, "policy_kwargs": self.policy_targets()}
         return config
+
+    def policy_targets(self) -> dict[str, Any]:
+        """The engine_load policy's knobs (``router.autoscaling.ScalingTargets`` keyword arguments)."""
+        return {
+            "target_batch_utilization": self.target_batch_utilization,
+            "target_queued_prompt_tokens": self.target_queued_prompt_tokens,
+            "target_kv_fraction": self.target_kv_fraction,
+            "ttft_target_ms": self.ttft_target_ms,
+            "tpot_target_ms": self.tpot_target_ms,
+            "slo_headroom": self.slo_headroom,
+            "fallback_target_ongoing_requests": self.target_ongoing_requests,
+        }
 
 
 class VariantConfig(_Strict):
@@ -203,11 +289,18 @@ class VariantConfig(_Strict):
     autoscaling: AutoscalingSpec | None = Field(
         None, description="Autoscale the replicas between bounds. Set this or num_replicas, not both."
     )
-    graceful_shutdown_timeout_s: float = Field(
-        60.0,
+    graceful_shutdown_timeout_s: float | None = Field(
+        None,
         ge=0,
         description="How long a replica being stopped (scale-down, redeploy) may drain its open streams "
-        "before it is killed.",
+        "before it is killed. None sizes it so that no accepted stream is cut (see drain_timeout_s): "
+        "Serve stops sending the replica requests, waits for its open ones, then stops it.",
+    )
+    drain_tokens_per_s: float = Field(
+        10.0,
+        gt=0,
+        description="A conservative (slow) decode speed of one stream on this variant under full load, in "
+        "tokens/s; with the app's max_tokens_limit it sizes the default graceful_shutdown_timeout_s.",
     )
     health_check_period_s: float = Field(10.0, gt=0, description="Seconds between health checks of a replica.")
     health_check_timeout_s: float = Field(
@@ -256,6 +349,19 @@ class VariantConfig(_Strict):
         _raise_if_any(problems)
         return self
 
+    def drain_timeout_s(
+        self, max_tokens: int = DEFAULT_MAX_TOKENS_LIMIT, request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
+    ) -> float:
+        """graceful_shutdown_timeout_s when set; else the seconds a stopping replica needs to finish every
+        stream it accepted: its queue drains in ``max_ongoing_requests / batch slots`` rounds of
+        ``max_tokens`` at ``drain_tokens_per_s``, but never longer than ``request_timeout_s`` (the ingress
+        ends any stream then), plus a margin for Serve's drain loop and the engine's shutdown."""
+        if self.graceful_shutdown_timeout_s is not None:
+            return self.graceful_shutdown_timeout_s
+        slots = getattr(self.engine, "max_running_requests", None) or getattr(self.engine, "max_batch_size", None)
+        rounds = math.ceil(self.max_ongoing_requests / slots) if slots else 1
+        return min(request_timeout_s, rounds * max_tokens / self.drain_tokens_per_s) + DRAIN_MARGIN_S
+
     @property
     def deployment_name(self) -> str:
         """The Serve deployment running this variant (prefixed: it can never collide with the ingress)."""
@@ -270,7 +376,7 @@ class VariantConfig(_Strict):
             "name": self.deployment_name,
             **replica_placement(self),
             "max_ongoing_requests": self.max_ongoing_requests,
-            "graceful_shutdown_timeout_s": self.graceful_shutdown_timeout_s,
+            "graceful_shutdown_timeout_s": self.drain_timeout_s(),
             "health_check_period_s": self.health_check_period_s,
             "health_check_timeout_s": self.health_check_timeout_s,
         }
@@ -307,7 +413,9 @@ class LimitsConfig(_Strict):
     """Limits the ingress enforces on every request before it reaches an engine."""
 
     max_body_bytes: int = Field(1 << 20, ge=1, description="Largest accepted request body in bytes (413 above it).")
-    max_tokens_limit: int = Field(4096, ge=1, description="Largest 'max_tokens' a request may ask for (400 above it).")
+    max_tokens_limit: int = Field(
+        DEFAULT_MAX_TOKENS_LIMIT, ge=1, description="Largest 'max_tokens' a request may ask for (400 above it)."
+    )
     default_max_tokens: int = Field(
         256, ge=1, description="'max_tokens' of a request that sets none; at most max_tokens_limit."
     )
@@ -317,7 +425,7 @@ class LimitsConfig(_Strict):
         description="Largest prompt in tokens (400 above it); None leaves only the variants' context lengths.",
     )
     request_timeout_s: float = Field(
-        600.0,
+        DEFAULT_REQUEST_TIMEOUT_S,
         gt=0,
         description="Wall-clock limit of one request, streaming included; then its engine request is aborted.",
     )
@@ -363,6 +471,27 @@ class AppConfig(_Strict):
         description="The routing policy (see router/config.py): which variant serves each request for the "
         "public model, by its SLO tier and the variants' live load.",
     )
+
+    @model_validator(mode="after")
+    def _size_drain_timeouts(self) -> AppConfig:
+        # A variant that leaves graceful_shutdown_timeout_s unset gets one long enough for the longest
+        # stream this app accepts, so that scaling down never cuts one. Set while the (frozen) config is
+        # still being built, so every reader sees the sized value.
+        limits = self.limits
+        sized = [
+            variant
+            if variant.graceful_shutdown_timeout_s is not None
+            else variant.model_copy(
+                update={
+                    "graceful_shutdown_timeout_s": variant.drain_timeout_s(
+                        limits.max_tokens_limit, limits.request_timeout_s
+                    )
+                }
+            )
+            for variant in self.variants
+        ]
+        object.__setattr__(self, "variants", sized)
+        return self
 
     @model_validator(mode="after")
     def _names(self) -> AppConfig:

@@ -13,7 +13,9 @@ from ray import serve
 
 from engines.factory import make_engine
 from engines.protocol import Delta, GenerationRequest
+from serve_app.autoscaling import RecentLatency, engine_metrics
 from serve_app.config import VariantConfig
+from serve_app.metrics import EngineMetrics
 
 logger = logging.getLogger("ray.serve")
 
@@ -23,7 +25,7 @@ STATS_PERIOD_S = 0.25
 class EngineDeployment:
     """Bound once per variant by ``serve_app.app.build_app`` with that variant's deployment options."""
 
-    async def __init__(self, variant: dict, board) -> None:
+    async def __init__(self, variant: dict, board) -> None:  # type: ignore[misc]  # Serve awaits async constructors
         self.variant = VariantConfig.model_validate(variant)
         engine_config = self.variant.engine
         if engine_config.backend == "hf" and engine_config.num_threads is None:
@@ -31,8 +33,10 @@ class EngineDeployment:
             threads = max(1, math.ceil(self.variant.resources.num_cpus))
             engine_config = engine_config.model_copy(update={"num_threads": threads})
         self.engine = make_engine(engine_config)
+        self._latency = RecentLatency()  # recent TTFT/TPOT, for the autoscaling policy
         await self.engine.start()
         self._board = board
+        self._metrics = EngineMetrics(self.variant.name)
         self._replica = serve.get_replica_context().replica_id.unique_id
         self._poster = asyncio.create_task(self._post_stats_forever())
 
@@ -40,6 +44,7 @@ class EngineDeployment:
         # aclosing: a cancelled or abandoned stream closes the engine's iterator, which aborts the request.
         async with contextlib.aclosing(self.engine.generate(request)) as stream:
             async for delta in stream:
+                self._latency.observe(delta)
                 yield delta
 
     def info(self) -> dict:
@@ -48,19 +53,27 @@ class EngineDeployment:
     def stats(self) -> dict:
         return dataclasses.asdict(self.engine.stats())
 
+    def record_autoscaling_stats(self) -> dict[str, float]:
+        """Serve's autoscaling hook (Ray 2.60): the engine's load for the engine_load policy, every few seconds."""
+        return engine_metrics(self.engine.stats(), self._latency)
+
     async def check_health(self) -> None:
         await self.engine.check_health()
 
     async def _post_stats_forever(self) -> None:
         while True:
             try:
-                await self._board.post.remote(self.variant.name, self._replica, self.stats())
+                stats = self.stats()
+                self._metrics.set(stats)
+                await self._board.post.remote(self.variant.name, self._replica, stats)
             except Exception:  # the board restarting must not take the engine down
                 logger.warning("could not post stats to the board", exc_info=True)
             await asyncio.sleep(STATS_PERIOD_S)
 
     async def __del__(self) -> None:
         self._poster.cancel()
+        # Bounded: when the whole app is deleted the board may be gone already, and a call to a deployment
+        # without replicas waits forever, which would hold this replica for its whole drain timeout.
         with contextlib.suppress(Exception):
-            await self._board.remove.remote(self.variant.name, self._replica)
+            await asyncio.wait_for(self._board.remove.remote(self.variant.name, self._replica), timeout=2.0)
         await self.engine.shutdown()

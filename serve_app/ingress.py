@@ -32,6 +32,7 @@ from engines.protocol import Delta, GenerationRequest
 from router import Decision, Prediction, RequestFeatures, features_from_headers
 from serve_app.config import AppConfig
 from serve_app.errors import PayloadTooLargeError, describe, error_body, error_response
+from serve_app.metrics import IngressMetrics, RequestRecorder
 from serve_app.openai_api import ChatCompletionRequest, CompletionRequest, parse_request
 from serve_app.openai_format import DONE, ResponseShape, openai_finish_reason, sse
 from serve_app.prompting import PromptBuilder
@@ -83,7 +84,7 @@ async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResp
 @serve.deployment
 @serve.ingress(app)
 class Ingress:
-    async def __init__(self, config: dict, variants: dict[str, Any], board: Any) -> None:
+    async def __init__(self, config: dict, variants: dict[str, Any], board: Any) -> None:  # type: ignore[misc]
         self.config = AppConfig.model_validate(config)
         self._variants = variants  # variant name -> DeploymentHandle
         self._stream_handles = {name: h.options(stream=True) for name, h in variants.items()}
@@ -91,6 +92,7 @@ class Ingress:
         self._prompts = PromptBuilder(self.config.tokenizer_ref)
         self._routing = RoutingTable(self.config, lambda: board.snapshot.remote())
         self._routing.start()
+        self._metrics = IngressMetrics()
         self._created = int(time.time())
 
     # ------------------------------------------------------------------ routes
@@ -160,10 +162,12 @@ class Ingress:
             )
             variant, reason, prediction, rejection = await self._route(features)
             route_headers = {"x-route-reason": reason}
+            self._metrics.route_decisions.inc(1, {"variant": variant or "none", "reason": reason})
             if rejection is not None:
                 raise rejection
             route_headers["x-route-variant"] = variant
             ticket = self._routing.open(variant, len(prompt_ids), prediction)
+            recorder = RequestRecorder(self._metrics, variant, features.slo.ttft_ms, features.slo.tpot_ms)
             gen_request = GenerationRequest(request_id, prompt_ids, req.sampling(max_tokens))
             stream = self._stream_handles[variant].generate.remote(gen_request)
             try:
@@ -174,13 +178,16 @@ class Ingress:
                 stream.cancel()
                 raise
             self._routing.first_token(ticket)
+            recorder.chunk(first.completion_tokens)
         except Exception as exc:
-            exc = _unwrap(exc)
+            error = _unwrap(exc)
             if ticket is not None:
                 self._routing.close(ticket, 0, ok=False)
-            status, _, _ = describe(exc)
-            logger.info("request %s rejected: %s %s", request_id, status, exc)
-            response = error_response(exc)
+            status, _, _ = describe(error)
+            variant_tag = route_headers.get("x-route-variant", "none")
+            self._metrics.requests.inc(1, {"variant": variant_tag, "status": str(status)})
+            logger.info("request %s rejected: %s %s", request_id, status, error)
+            response = error_response(error)
             response.headers.update(route_headers)
             return response
 
@@ -193,11 +200,11 @@ class Ingress:
         logger.info("request %s -> %s (%s, %d prompt tokens)", request_id, variant, reason, len(prompt_ids))
         if req.stream:
             return StreamingResponse(
-                self._relay(first, stream, shape, req.include_usage, request_id, ticket),
+                self._relay(first, stream, shape, req.include_usage, request_id, ticket, recorder),
                 media_type="text/event-stream",
                 headers={**route_headers, "cache-control": "no-cache"},
             )
-        return await self._collect(first, stream, shape, route_headers, ticket)
+        return await self._collect(first, stream, shape, route_headers, ticket, recorder)
 
     async def _route(self, features: RequestFeatures) -> tuple[str, str, Prediction | None, ServingError | None]:
         """(variant, reason, prediction, rejection): where the request goes, or the error that refuses it."""
@@ -221,9 +228,11 @@ class Ingress:
         include_usage: bool,
         request_id: str,
         ticket: RouteTicket,
+        recorder: RequestRecorder,
     ) -> AsyncIterator[bytes]:
         last = first
         done = False
+        status = 499  # the client went away, unless the stream ends another way
         try:
             delta: Delta | None = first
             while delta is not None:
@@ -233,39 +242,54 @@ class Ingress:
                 if delta.finish_reason:
                     break
                 delta = await anext(stream, None)
+                if delta is not None:
+                    recorder.chunk(delta.completion_tokens)
             done = True
+            status = 200
             if include_usage:
                 yield sse(shape.usage_chunk(last.prompt_tokens, last.completion_tokens))
             yield DONE
         except Exception as exc:  # after the first token: an error event, then [DONE]
-            exc = _unwrap(exc)
-            _, body, _ = describe(exc)
-            logger.warning("request %s failed mid-stream: %s", request_id, exc)
+            error = _unwrap(exc)
+            status, body, _ = describe(error)
+            logger.warning("request %s failed mid-stream: %s", request_id, error)
             yield sse(body)
             yield DONE
         finally:
             self._routing.close(ticket, last.completion_tokens, ok=done)
+            recorder.finish(last.prompt_tokens, last.completion_tokens, status, cancelled=status == 499)
             if not done:  # client went away (cancelled) or the stream failed: abort in the engine
                 stream.cancel()
 
     async def _collect(
-        self, first: Delta, stream: Any, shape: ResponseShape, headers: dict, ticket: RouteTicket
+        self,
+        first: Delta,
+        stream: Any,
+        shape: ResponseShape,
+        headers: dict,
+        ticket: RouteTicket,
+        recorder: RequestRecorder,
     ) -> Response:
         parts = [first.text]
         last = first
         ok = False
+        status = 499  # the client went away, unless the request ends another way
         try:
             while not last.finish_reason:
                 delta = await anext(stream, None)
                 if delta is None:
                     break
+                recorder.chunk(delta.completion_tokens)
                 parts.append(delta.text)
                 last = delta
-            ok = True
+            ok, status = True, 200
         except Exception as exc:
-            return error_response(_unwrap(exc))
+            error = _unwrap(exc)
+            status = describe(error)[0]
+            return error_response(error)
         finally:
             self._routing.close(ticket, last.completion_tokens, ok=ok)
+            recorder.finish(last.prompt_tokens, last.completion_tokens, status, cancelled=status == 499)
             if not ok:
                 stream.cancel()
         body = shape.full(

@@ -26,7 +26,7 @@ print(json.dumps({
     "tok_eos": tok.eos_token_id,
     "context": model.config.max_position_embeddings,
 }))
-"""  # noqa: RUF001
+"""
 
 
 @pytest.fixture(scope="module")
@@ -120,9 +120,7 @@ def test_chat_template(tiny_dir):
 def test_concurrent_resolves_build_once_and_atomically(tmp_path, monkeypatch):
     monkeypatch.setenv("VARIANT_SERVE_CACHE", str(tmp_path))
     results: list[str] = []
-    threads = [
-        threading.Thread(target=lambda: results.append(resolve_model("builtin:tiny"))) for _ in range(3)
-    ]
+    threads = [threading.Thread(target=lambda: results.append(resolve_model("builtin:tiny"))) for _ in range(3)]
     for t in threads:
         t.start()
     for t in threads:
@@ -130,9 +128,7 @@ def test_concurrent_resolves_build_once_and_atomically(tmp_path, monkeypatch):
     assert len(results) == 3 and len(set(results)) == 1
     entries = sorted(p.name for p in (tmp_path / "builtin").iterdir())
     assert [e for e in entries if not e.endswith(".lock")] == [Path(results[0]).name]  # no temp dirs left
-    assert {"config.json", "model.safetensors", "tokenizer.json"} <= {
-        p.name for p in Path(results[0]).iterdir()
-    }
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= {p.name for p in Path(results[0]).iterdir()}
 
 
 def test_generation_is_deterministic(tmp_path, monkeypatch):

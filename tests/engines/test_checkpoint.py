@@ -171,7 +171,7 @@ def test_a_hub_id_or_builtin_name_is_not_read(fp16_plain):
 
 
 def test_a_directory_without_config_json_is_refused(tmp_path):
-    with pytest.raises(EngineConfigError, match="no config.json"):
+    with pytest.raises(EngineConfigError, match=r"no config\.json"):
         read_checkpoint(tmp_path)
 
 

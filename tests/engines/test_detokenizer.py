@@ -5,7 +5,7 @@ import pytest
 from engines.builtin import build_tokenizer
 from engines.detokenizer import IncrementalDetokenizer
 
-CHINESE_AND_EMOJI = "今天早上天气很好 ☀️，我们去公园散步 🐱🎉。学习一门新的语言需要时间和耐心 🙏！"  # noqa: RUF001
+CHINESE_AND_EMOJI = "今天早上天气很好 ☀️，我们去公园散步 🐱🎉。学习一门新的语言需要时间和耐心 🙏！"
 ASCII = "The train to the city left at seven and arrived at nine. def f(x): return x + 1"
 
 
@@ -50,15 +50,15 @@ def test_random_chunk_sizes(tokenizer, seed):
 
 
 def test_special_tokens_are_skipped_or_kept(tokenizer):
-    ids = tokenizer.encode("<|assistant|>你好，world<|eos|>", add_special_tokens=False)  # noqa: RUF001
+    ids = tokenizer.encode("<|assistant|>你好，world<|eos|>", add_special_tokens=False)
     skipped = "".join(stream(IncrementalDetokenizer(tokenizer), ids, [1] * len(ids)))
-    assert skipped == "你好，world" == tokenizer.decode(ids, skip_special_tokens=True)  # noqa: RUF001
+    assert skipped == "你好，world" == tokenizer.decode(ids, skip_special_tokens=True)
     kept = "".join(stream(IncrementalDetokenizer(tokenizer, skip_special_tokens=False), ids, [1] * len(ids)))
-    assert kept == "<|assistant|>你好，world<|eos|>"  # noqa: RUF001
+    assert kept == "<|assistant|>你好，world<|eos|>"
 
 
 def test_prompt_context_does_not_appear_in_the_output(tokenizer):
-    prompt = tokenizer.encode("我们的城市不大，", add_special_tokens=False)  # noqa: RUF001
+    prompt = tokenizer.encode("我们的城市不大，", add_special_tokens=False)
     ids = tokenizer.encode("但是很安静。", add_special_tokens=False)
     detok = IncrementalDetokenizer(tokenizer, prompt_token_ids=prompt)
     assert "".join(stream(detok, ids, [1] * len(ids))) == "但是很安静。"
@@ -96,7 +96,7 @@ def test_invalid_bytes_are_not_held_forever(tokenizer):
 
 
 def test_a_large_chunk_ending_inside_a_character_holds_back_only_its_tail(tokenizer):
-    text = "我们的城市不大，但是很安静。"  # noqa: RUF001
+    text = "我们的城市不大，但是很安静。"
     ids = tokenizer.encode(text, add_special_tokens=False)
     # Cut at every token boundary that falls inside a character, as a coalescing engine might.
     cuts = [n for n in range(1, len(ids)) if tokenizer.decode(ids[:n]).endswith("\ufffd")]

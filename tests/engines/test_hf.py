@@ -44,16 +44,19 @@ async def _wait_idle(engine) -> None:
 async def test_greedy_output_equals_model_generate(engine):
     import torch
 
-    prompt = engine.tokenizer.encode("The river runs")
-    deltas, _, ids = await _collect(engine, _request(prompt, max_tokens=24, ignore_eos=True))
-    with torch.no_grad():
-        ref = engine.model.generate(
-            torch.tensor([prompt]), max_new_tokens=24, do_sample=False, min_new_tokens=24
-        )[0][len(prompt) :].tolist()
-    assert ids == ref
-    assert deltas[-1].finish_reason == "length"
-    assert deltas[-1].completion_tokens == 24
-    assert deltas[0].first_token_time is not None
+    for text in ["The river runs", "今天早上", "def add("]:
+        prompt = engine.tokenizer.encode(text)
+        deltas, _, ids = await _collect(engine, _request(prompt, max_tokens=24))
+        with torch.no_grad():
+            ref = engine.model.generate(torch.tensor([prompt]), max_new_tokens=24, do_sample=False)[0]
+        ref = ref[len(prompt) :].tolist()
+        eos = engine.tokenizer.eos_token_id
+        if eos in ref:  # generate pads after EOS; the engine stops at it
+            ref = ref[: ref.index(eos) + 1]
+        assert ids == ref, text
+        assert deltas[-1].finish_reason == ("stop" if ref[-1] == eos else "length")
+        assert deltas[-1].completion_tokens == len(ref)
+        assert deltas[0].first_token_time is not None
 
 
 async def test_sixteen_concurrent_streams_complete_with_their_lengths(engine):

@@ -30,6 +30,8 @@ FAKES = Path(__file__).parent / "fakes"
 SCRIPT = "Hello, world! This is a fake completion."
 PROMPT = [ord(c) for c in "Say hi"]
 
+pytestmark = pytest.mark.contract
+
 
 @pytest.fixture
 def fake_trtllm(monkeypatch):
@@ -48,8 +50,14 @@ def fake_trtllm(monkeypatch):
 @pytest.fixture
 def hf_checkpoint(tmp_path) -> Path:
     (tmp_path / "config.json").write_text(
-        json.dumps({"model_type": "llama", "torch_dtype": "bfloat16", "num_attention_heads": 8,
-                    "max_position_embeddings": 100_000})
+        json.dumps(
+            {
+                "model_type": "llama",
+                "torch_dtype": "bfloat16",
+                "num_attention_heads": 8,
+                "max_position_embeddings": 100_000,
+            }
+        )
     )
     return tmp_path
 
@@ -254,9 +262,12 @@ async def test_prebuilt_engine_dir_uses_the_legacy_backend_contract(fake_trtllm,
     (tmp_path / "config.json").write_text(
         json.dumps(
             {
-                "pretrained_config": {"dtype": "float16", "num_attention_heads": 8,
-                                      "mapping": {"world_size": 1, "tp_size": 1},
-                                      "quantization": {"quant_algo": None}},
+                "pretrained_config": {
+                    "dtype": "float16",
+                    "num_attention_heads": 8,
+                    "mapping": {"world_size": 1, "tp_size": 1},
+                    "quantization": {"quant_algo": None},
+                },
                 "build_config": {"max_seq_len": 2048, "max_batch_size": 16},
             }
         )
@@ -269,9 +280,7 @@ async def test_prebuilt_engine_dir_uses_the_legacy_backend_contract(fake_trtllm,
     await engine.shutdown()
 
 
-async def test_prebuilt_engine_dir_without_the_legacy_backend_is_refused_contract(
-    fake_trtllm, monkeypatch, tmp_path
-):
+async def test_prebuilt_engine_dir_without_the_legacy_backend_is_refused_contract(fake_trtllm, monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "tensorrt_llm._tensorrt_engine", None)  # removed on main mid-2026
     (tmp_path / "config.json").write_text(
         json.dumps({"pretrained_config": {"mapping": {"tp_size": 1}}, "build_config": {"max_seq_len": 64}})

@@ -53,10 +53,8 @@ class _Executor:
                     result._queue.put_nowait((None, "cancelled"))
                     del self.live[request_id]
                     continue
-                if n < len(script) or params.ignore_eos:
-                    token = ord(script[n % len(script)])
-                else:
-                    token = END_ID
+                endless = n < len(script) or params.ignore_eos
+                token = ord(script[n % len(script)]) if endless else END_ID
                 finish = None
                 if token == END_ID:
                     finish, token = "stop", None

@@ -1,0 +1,415 @@
+"""``python -m bench overhead``: the same model and load through four paths, side by side in one run.
+
+(a) ``direct``: the hf engine in-process; (b) ``engine_server``: ``transformers serve`` on the same checkpoint;
+(c) ``naive_serve``: a naive Ray Serve app yielding one token per Ray object (:mod:`bench.naive_serve`);
+(d) ``stack``: this project's app (``serve_app.app.build_app``, one variant, default coalescing). Each path
+runs every concurrency level as a closed loop of identical requests (same prompts, same lengths, outputs
+forced to ``max_tokens``) and reports output tokens/s and TTFT p50/p99, plus tokens/s as a fraction of (a)
+and (b). The paths run one after another, each alone on the machine (the previous one is stopped first).
+
+``--quick`` is the small run that finishes within ~3 minutes on a 2-core CPU machine, Ray's start included.
+Writes ``--json PATH`` (the :class:`~bench.overhead_results.OverheadResult`) and, with ``--out DIR``,
+``report.md``, ``tokens_per_s.png``, ``results.json`` and every request's record under ``records/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import functools
+import json
+import math
+import os
+import shlex
+import socket
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from bench import engine_server, overhead_results
+from bench.client import TargetConfig
+from bench.direct import run_direct
+from bench.loadgen import LoadConfig, LoadResult
+from bench.overhead_results import PATHS, LevelResult, OverheadResult, PathResult, level_result
+from bench.prompt_pairs import PromptPair, prompt_pairs, request_specs
+from bench.records import write_jsonl
+from bench.report import machine_info
+from bench.summary import summarize
+from bench.workload import RequestSpec
+from engines.config import HFEngineConfig
+from engines.protocol import SamplingParams
+
+NAME = "overhead"
+DEFAULT_CONCURRENCY = (1, 16, 64)
+WARMUP_REQUESTS, WARMUP_TOKENS = 2, 8
+# Every path samples alike: OpenAI's defaults, made explicit (temperature 1, no top-p / top-k cut).
+SAMPLING = SamplingParams(temperature=1.0, top_p=1.0, top_k=0)
+# CPU only: KV cache budget per running sequence and tokens per step, as the hf engine picks them itself
+# (engines/hf.py). Set explicitly here so that transformers serve gets the very same values.
+CPU_KV_TOKENS_PER_SEQUENCE, CPU_MAX_BATCH_TOKENS = 1024, 256
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        NAME,
+        help="one model, one load, four paths (in-process, engine server, naive Serve, our stack)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--model", default="builtin:tiny", help="builtin:<name>, random:<shape> or an hf model dir")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    p.add_argument(
+        "--concurrency", nargs="+", type=int, default=None, help=f"streams per level (default {DEFAULT_CONCURRENCY})"
+    )
+    p.add_argument("--num-requests", type=int, default=None, help="per level (default max(8, 2 x concurrency))")
+    p.add_argument("--prompt-tokens", type=int, default=None, help="prompt length (default 64; --quick 32)")
+    p.add_argument("--max-tokens", type=int, default=None, help="output length (default 128; --quick 64)")
+    p.add_argument("--paths", nargs="+", choices=list(PATHS), default=list(PATHS), help="which paths to run")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads of every engine (default: all)")
+    p.add_argument(
+        "--max-running-requests", type=int, default=None, help="engine batch size (default: the top concurrency)"
+    )
+    p.add_argument("--quick", action="store_true", help="small and fast: builtin:tiny, fewer, shorter requests")
+    p.add_argument("--json", type=Path, default=None, help="write the summary JSON here")
+    p.add_argument("--out", type=Path, default=None, help="directory for report.md, the plot and the records")
+    p.add_argument("--request-timeout-s", type=float, default=300.0)
+    p.add_argument("--progress", action="store_true", help="tqdm progress bars per level")
+
+
+# ---------------------------------------------------------------------------------------------- planning
+
+
+def num_requests(concurrency: Sequence[int], explicit: int | None, quick: bool) -> dict[int, int]:
+    """Requests per level: ``explicit``, else enough for the loop to reach steady state (one round in quick)."""
+    if explicit is not None:
+        return {c: explicit for c in concurrency}
+    return {c: max(4, c) if quick else max(8, 2 * c) for c in concurrency}
+
+
+def resolve_device(device: str) -> str:
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def engine_config(
+    model_dir: str, device: str, *, threads: int | None, max_running: int, context_length: int
+) -> HFEngineConfig:
+    """The one engine config every path runs (the stack's variant, the naive replica, the in-process engine)."""
+    page_size = HFEngineConfig.model_fields["page_size"].default
+    num_blocks = max_batch_tokens = None
+    if device == "cpu":
+        num_blocks = max(
+            math.ceil(max_running * CPU_KV_TOKENS_PER_SEQUENCE / page_size), math.ceil(2 * context_length / page_size)
+        )
+        max_batch_tokens = CPU_MAX_BATCH_TOKENS
+    return HFEngineConfig(
+        model=model_dir,
+        device="cuda" if device == "cuda" else "cpu",
+        # Serve replicas get one OpenMP thread by default; every path gets the same number on purpose.
+        num_threads=(threads or len(os.sched_getaffinity(0))) if device == "cpu" else threads,
+        max_running_requests=max_running,
+        max_queued_requests=max(256, 4 * max_running),
+        num_blocks=num_blocks,
+        max_batch_tokens=max_batch_tokens,
+    )
+
+
+def engine_actor_options(device: str) -> dict[str, Any]:
+    return {"num_cpus": 1, "num_gpus": 1 if device == "cuda" else 0}
+
+
+def stack_app_args(engine: HFEngineConfig, *, device: str, max_tokens: int, max_concurrency: int) -> dict:
+    """A one-variant serve_app config on ``engine`` (everything else at its default)."""
+    resources = engine_actor_options(device)
+    return {
+        "model_name": "bench",
+        "tokenizer": engine.model,
+        "variants": [
+            {
+                "name": "engine",
+                "engine": engine.model_dump(mode="json"),
+                "resources": resources,
+                "max_ongoing_requests": max(64, 2 * max_concurrency),
+                "num_replicas": 1,
+            }
+        ],
+        "ingress": {"max_ongoing_requests": max(1024, 2 * max_concurrency)},
+        "limits": {"max_tokens_limit": max(4096, max_tokens)},
+    }
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _context_length(model_dir: str) -> int:
+    config = json.loads((Path(model_dir) / "config.json").read_text())
+    return int(config.get("max_position_embeddings") or 2048)
+
+
+# ---------------------------------------------------------------------------------------------- running
+
+
+class _Run:
+    """One invocation: the plan, the prompts, and where records go."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        from transformers import AutoTokenizer
+
+        from engines.builtin import resolve_model
+
+        self.args = args
+        self.concurrency = sorted(set(args.concurrency or DEFAULT_CONCURRENCY))
+        self.requests = num_requests(self.concurrency, args.num_requests, args.quick)
+        self.prompt_tokens = args.prompt_tokens or (32 if args.quick else 64)
+        self.max_tokens = args.max_tokens or (64 if args.quick else 128)
+        self.device = resolve_device(args.device)
+        self.model_dir = resolve_model(args.model)  # builds builtin / random models once, here
+        tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
+        self.pairs: list[PromptPair] = prompt_pairs(tokenizer, max(self.requests.values()), self.prompt_tokens)
+        self.engine = engine_config(
+            self.model_dir,
+            self.device,
+            threads=args.threads,
+            max_running=args.max_running_requests or max(self.concurrency),
+            context_length=_context_length(self.model_dir),
+        )
+
+    def specs(self, concurrency: int, *, as_text: bool) -> list[RequestSpec]:
+        return request_specs(self.pairs[: self.requests[concurrency]], self.max_tokens, as_text=as_text)
+
+    def warmup(self, *, as_text: bool) -> list[RequestSpec]:
+        return request_specs(self.pairs[:WARMUP_REQUESTS], WARMUP_TOKENS, as_text=as_text)
+
+    def keep(self, path: str, concurrency: int, result: LoadResult) -> LevelResult:
+        records = sorted(result.records, key=lambda r: r.index)
+        if self.args.out is not None:
+            write_jsonl(records, self.args.out / "records" / f"{path}-c{concurrency}.jsonl")
+        level = level_result(concurrency, summarize(records))
+        print(
+            f"  {path:13s} c={concurrency:<4d} {level.tokens_per_s:9.1f} tok/s  TTFT p50 "
+            f"{level.ttft_p50_ms or 0:8.1f} ms  p99 {level.ttft_p99_ms or 0:8.1f} ms  errors {level.errors}",
+            flush=True,
+        )
+        return level
+
+    # ---------------------------------------------------------------- (a)
+
+    async def direct(self) -> dict[int, LevelResult]:
+        from engines.hf import HFEngine
+
+        engine = HFEngine(self.engine)
+        await engine.start()
+        try:
+            await run_direct(engine, self.warmup(as_text=False), WARMUP_REQUESTS, SAMPLING, run_id="warmup")
+            return {
+                c: self.keep("direct", c, await run_direct(engine, self.specs(c, as_text=False), c, SAMPLING))
+                for c in self.concurrency
+            }
+        finally:
+            await engine.shutdown()
+
+    # ---------------------------------------------------------------- HTTP paths
+
+    def http_levels(self, path: str, target: TargetConfig, *, as_text: bool) -> dict[int, LevelResult]:
+        from bench.load import drive
+
+        def load(specs: list[RequestSpec], concurrency: int) -> LoadResult:
+            config = LoadConfig(concurrency=concurrency, num_requests=len(specs), progress=self.args.progress)
+            result, _ = asyncio.run(drive(target, config, iter(specs), poll=False, poll_interval_s=1.0))
+            return result
+
+        load(self.warmup(as_text=as_text), WARMUP_REQUESTS)
+        return {c: self.keep(path, c, load(self.specs(c, as_text=as_text), c)) for c in self.concurrency}
+
+    def http_target(self, url: str, model: str) -> TargetConfig:
+        return TargetConfig(
+            url=url,
+            model=model,
+            request_timeout_s=self.args.request_timeout_s,
+            extra_body={"temperature": SAMPLING.temperature, "top_p": SAMPLING.top_p},
+        )
+
+    def engine_server(self) -> dict[int, LevelResult]:
+        settings = engine_server.EngineServerSettings(
+            model_dir=self.model_dir,
+            device=self.device,
+            dtype="bfloat16" if self.device == "cuda" else "float32",  # the hf engine's "auto"
+            page_size=self.engine.page_size,
+            num_blocks=self.engine.num_blocks,
+            max_batch_tokens=self.engine.max_batch_tokens,
+            port=free_port(),
+        )
+        log = (self.args.out or Path("/tmp")) / f"transformers-serve-{os.getpid()}.log"
+        threads = self.engine.num_threads
+        env = {"OMP_NUM_THREADS": str(threads)} if threads else {}
+        with _env(env), engine_server.running_server(settings, log) as url:
+            target = engine_server.target(url, settings, SAMPLING).model_copy(
+                update={"request_timeout_s": self.args.request_timeout_s}
+            )
+            return self.http_levels("engine_server", target, as_text=True)
+
+    def serve_paths(self, wanted: Sequence[str]) -> dict[str, PathResult]:
+        """(c) and (d) on one local Ray cluster of our own, one app at a time."""
+        import ray
+        from ray import serve
+
+        from bench.naive_serve import build_naive_app
+        from serve_app.app import build_app
+
+        apps: dict[str, Callable[[], Any]] = {
+            "naive_serve": lambda: build_naive_app(self.engine, engine_actor_options=engine_actor_options(self.device)),
+            "stack": lambda: build_app(
+                stack_app_args(
+                    self.engine, device=self.device, max_tokens=self.max_tokens, max_concurrency=max(self.concurrency)
+                )
+            ),
+        }
+        models = {"naive_serve": "naive", "stack": "bench"}
+        results: dict[str, PathResult] = {}
+        # Logical CPUs: the replicas reserve whole and fractional CPUs; the threads are set explicitly.
+        ray.init(
+            num_cpus=max(4, os.cpu_count() or 1),
+            include_dashboard=False,
+            log_to_driver=False,
+            namespace=f"bench-overhead-{os.getpid()}",
+        )
+        try:
+            port = free_port()
+            serve.start(http_options={"host": "127.0.0.1", "port": port})
+            url = f"http://127.0.0.1:{port}"
+            for name in wanted:
+                results[name] = _attempt(name, functools.partial(self._serve_app, name, apps[name], url, models[name]))
+        finally:
+            with contextlib.suppress(Exception):
+                serve.shutdown()
+            ray.shutdown()
+        return results
+
+    def _serve_app(self, name: str, build: Callable[[], Any], url: str, model: str) -> dict[int, LevelResult]:
+        from ray import serve
+
+        serve.run(build(), name=name, route_prefix="/")
+        try:
+            return self.http_levels(name, self.http_target(url, model), as_text=False)
+        finally:
+            serve.delete(name)  # the next app gets the machine to itself
+
+
+@contextlib.contextmanager
+def _env(values: dict[str, str]) -> Iterator[None]:
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, old in saved.items():
+            if old is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = old
+
+
+def _attempt(name: str, fn: Callable[[], dict[int, LevelResult]]) -> PathResult:
+    """Runs one path; a failure becomes the path's ``skipped`` reason (the other paths still run)."""
+    print(f"{name}: {PATHS[name]}", flush=True)
+    try:
+        return PathResult(description=PATHS[name], levels=fn())
+    except Exception as exc:
+        traceback.print_exc()
+        return PathResult(description=PATHS[name], skipped=f"failed: {type(exc).__name__}: {exc}"[:500])
+
+
+def _machine(device: str) -> dict[str, str]:
+    info = machine_info()
+    if device == "cuda":
+        import torch
+
+        info["gpu"] = f"{torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}"
+    return info
+
+
+def _notes(run: _Run) -> list[str]:
+    engine = run.engine
+    notes = [
+        f"Every path runs the same engine config: {engine.device}, max_running_requests "
+        f"{engine.max_running_requests}, page_size {engine.page_size}, num_blocks {engine.num_blocks}, "
+        f"max_batch_tokens {engine.max_batch_tokens}, torch threads {engine.num_threads or 'default'}.",
+        "Outputs are forced to max_tokens: ignore_eos for (a), (c), (d); a per-request generation_config "
+        "with eos_token_id -1 for transformers serve (it refuses unknown fields).",
+        "transformers serve shares one sampling config across its batch (no per-request processors); "
+        "the hf engine applies per-request temperature/top-p/top-k processors. Same sampling values.",
+        "The naive app sets max_ongoing_requests high; Serve's default (5) would queue streams instead.",
+    ]
+    if run.device == "cpu":
+        notes.append(
+            "On CPU the load generator, Ray's proxy and replicas share the machine's cores with the engine; "
+            "the in-process path has them to itself."
+        )
+    return notes
+
+
+def execute(args: argparse.Namespace) -> OverheadResult:
+    started = time.perf_counter()
+    run = _Run(args)
+    print(
+        f"overhead: {args.model} on {run.device}, prompts {run.prompt_tokens} tokens, outputs {run.max_tokens} "
+        f"tokens, levels {run.concurrency} ({run.requests} requests)",
+        flush=True,
+    )
+    paths: dict[str, PathResult] = {}
+    if "direct" in args.paths:
+        paths["direct"] = _attempt("direct", lambda: asyncio.run(run.direct()))
+    if "engine_server" in args.paths:
+        reason = engine_server.unavailable_reason()
+        if reason is None:
+            paths["engine_server"] = _attempt("engine_server", run.engine_server)
+        else:
+            print(f"engine_server: skipped ({reason})", flush=True)
+            paths["engine_server"] = PathResult(description=PATHS["engine_server"], skipped=reason)
+    serve_wanted = [p for p in ("naive_serve", "stack") if p in args.paths]
+    if serve_wanted:
+        paths.update(run.serve_paths(serve_wanted))
+    command = shlex.join(["python", "-m", "bench", *getattr(args, "argv", sys.argv[1:])])
+    return OverheadResult(
+        command=command,
+        machine=_machine(run.device),
+        date=datetime.now(UTC).isoformat(timespec="seconds"),
+        model=args.model,
+        device=run.device,
+        prompt_tokens=run.prompt_tokens,
+        max_tokens=run.max_tokens,
+        concurrency=run.concurrency,
+        num_requests=run.requests,
+        paths=overhead_results.with_ratios({name: paths[name] for name in PATHS if name in paths}),
+        wall_s=time.perf_counter() - started,
+        notes=_notes(run),
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # no hub: models are local directories
+    result = execute(args)
+    text = result.model_dump_json(indent=2)
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(text + "\n")
+    if args.out is not None:
+        (args.out / "results.json").parent.mkdir(parents=True, exist_ok=True)
+        (args.out / "results.json").write_text(text + "\n")
+        print(f"wrote {overhead_results.write_report(result, args.out)}")
+    print()
+    print(overhead_results.render_table(result))
+    print(f"\n{result.wall_s:.0f} s in all")
+    failed = [n for n, p in result.paths.items() if p.skipped is not None and p.skipped.startswith("failed")]
+    return 1 if failed else 0

@@ -1,0 +1,159 @@
+"""The replica autoscaling policy: how many replicas a variant wants, from its engines' real load.
+
+Pure Python (no Ray): ``serve_app.autoscaling`` turns Ray Serve's ``AutoscalingContext`` into a
+:class:`ScalingContext` and calls :func:`desired_replicas` on every tick of Serve's control loop; the
+simulator calls the same function. Serve wraps the answer with its own upscale/downscale delays,
+scaling factors and min/max bounds, so this function only says *how many replicas the load asks for
+now* and keeps no state.
+
+Counting requests alone (Serve's default, ``target_ongoing_requests``) is a poor signal for an LLM
+replica (ray-project/ray-llm#133): one replica batches dozens of streams, a long prompt costs as
+much prefill as many short ones, and a replica can run out of KV cache with batch slots to spare.
+So each signal below estimates the fleet size at which that resource sits at its target, and the
+largest wins:
+
+* **slots**: sequences running or waiting (in engines and at Serve's handles) over the batch slots
+  one replica should keep busy (``max_running_requests x target_batch_utilization``);
+* **prefill**: prompt tokens waiting for prefill over what one replica may have queued;
+* **kv**: the KV cache in use over the share of it one replica should fill;
+* **slo**: engines that report recent TTFT/TPOT beyond the SLO (less headroom) while busy ask for
+  one replica more; latency tells *that* more are needed, not how many;
+* **ongoing**: with no engine report at all (replicas just started, or stats disabled), Serve's
+  own ongoing-request count over ``fallback_target_ongoing_requests``.
+
+Every signal is an absolute demand, never a ratio of the current size, so replicas that are still
+starting are not counted twice: the answer is the same whether or not they have arrived.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+# Keeps float noise (demand 8.000001 over capacity 4) from asking for one replica more.
+_EPSILON = 1e-6
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaLoad:
+    """One running replica's engine load, as it reported it (averaged over Serve's look-back window)."""
+
+    running_requests: float = 0.0  # sequences decoding, holding KV cache
+    queued_requests: float = 0.0  # accepted by the engine, not yet running
+    queued_prompt_tokens: float = 0.0  # prefill work waiting
+    max_running_requests: float = 0.0  # batch slots; 0 when the engine does not say
+    kv_used_fraction: float = 0.0  # 0..1
+    ttft_ms: float | None = None  # recent time to first token; None when no request started recently
+    tpot_ms: float | None = None  # recent time per output token; None when no request finished recently
+
+
+@dataclass(frozen=True, slots=True)
+class ScalingContext:
+    """What one scaling decision sees for one variant."""
+
+    current_replicas: int  # running replicas
+    target_replicas: int  # the autoscaler's current target (running + starting)
+    min_replicas: int
+    max_replicas: int
+    replicas: Sequence[ReplicaLoad] = ()  # the running replicas that reported engine load
+    handle_queued_requests: float = 0.0  # waiting at Serve handles, not yet sent to any replica
+    ongoing_requests: float = 0.0  # Serve's own count: running at replicas + queued at handles
+
+
+@dataclass(frozen=True, slots=True)
+class ScalingTargets:
+    """What the policy aims for on each replica; the knobs of ``AutoscalingSpec`` with policy engine_load."""
+
+    target_batch_utilization: float = 0.75
+    target_queued_prompt_tokens: float = 4096.0
+    target_kv_fraction: float = 0.8
+    ttft_target_ms: float | None = None
+    tpot_target_ms: float | None = None
+    slo_headroom: float = 0.1
+    fallback_target_ongoing_requests: float = 16.0
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not 0 < self.target_batch_utilization <= 1:
+            problems.append(f"target_batch_utilization must be in (0, 1], got {self.target_batch_utilization}")
+        if not 0 < self.target_kv_fraction <= 1:
+            problems.append(f"target_kv_fraction must be in (0, 1], got {self.target_kv_fraction}")
+        if not 0 <= self.slo_headroom < 1:
+            problems.append(f"slo_headroom must be in [0, 1), got {self.slo_headroom}")
+        for name in ("target_queued_prompt_tokens", "fallback_target_ongoing_requests"):
+            if getattr(self, name) <= 0:
+                problems.append(f"{name} must be > 0, got {getattr(self, name)}")
+        for name in ("ttft_target_ms", "tpot_target_ms"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                problems.append(f"{name} must be > 0 or None, got {value}")
+        if problems:
+            raise ValueError("; ".join(problems))
+
+
+@dataclass(frozen=True, slots=True)
+class ScalingDecision:
+    """The replicas wanted (within min/max), the signal that asked for the most, and every signal's ask."""
+
+    replicas: int
+    signal: str  # which signal decided: 'slots', 'prefill', 'kv', 'slo', 'ongoing' or 'idle'
+    by_signal: Mapping[str, float] = field(default_factory=dict)
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def _slo_missed(replicas: Sequence[ReplicaLoad], targets: ScalingTargets) -> bool:
+    """Whether the replicas' recent mean TTFT or TPOT is beyond its target less the headroom."""
+    budget = 1.0 - targets.slo_headroom
+    for target, values in (
+        (targets.ttft_target_ms, [r.ttft_ms for r in replicas if r.ttft_ms is not None]),
+        (targets.tpot_target_ms, [r.tpot_ms for r in replicas if r.tpot_ms is not None]),
+    ):
+        if target is not None and values and _mean(values) > target * budget:
+            return True
+    return False
+
+
+def demand_by_signal(ctx: ScalingContext, targets: ScalingTargets) -> dict[str, float]:
+    """Replicas (fractional) each signal asks for; signals without data are left out."""
+    reports = list(ctx.replicas)
+    asks: dict[str, float] = {}
+    if ctx.ongoing_requests > 0:
+        asks["ongoing"] = ctx.ongoing_requests / targets.fallback_target_ongoing_requests
+    if not reports:
+        return asks
+    # Replicas that run but have not reported yet (just started) are idle ones of the same kind.
+    slots = _mean([r.max_running_requests for r in reports if r.max_running_requests > 0])
+    engine_sequences = sum(r.running_requests + r.queued_requests for r in reports)
+    # Serve's count and the engines' reports arrive on different schedules: take whichever sees more.
+    sequences = max(engine_sequences + ctx.handle_queued_requests, ctx.ongoing_requests)
+    if slots > 0:
+        asks["slots"] = sequences / (slots * targets.target_batch_utilization)
+        asks.pop("ongoing", None)  # the slot count is the same demand, measured better
+    asks["prefill"] = sum(r.queued_prompt_tokens for r in reports) / targets.target_queued_prompt_tokens
+    asks["kv"] = sum(r.kv_used_fraction for r in reports) / targets.target_kv_fraction
+    # More replicas only cure a latency miss that comes from sharing a replica: an idle replica that is
+    # too slow for the SLO stays too slow, and scaling out for it would pin the variant at max_replicas.
+    busy = sequences > 0.5 * ctx.current_replicas * max(slots, 1.0) or ctx.handle_queued_requests > 0
+    if busy and _slo_missed(reports, targets):
+        asks["slo"] = ctx.current_replicas + 1.0
+    return asks
+
+
+def desired_replicas(ctx: ScalingContext, targets: ScalingTargets) -> ScalingDecision:
+    """How many replicas the variant's load asks for now, within ``[min_replicas, max_replicas]``."""
+    if ctx.current_replicas == 0:
+        # Nothing runs, so nothing reports: keep the target (Serve starts a replica on its own as soon
+        # as a request waits at a handle; see Serve's cold-start path).
+        replicas = min(max(ctx.target_replicas, ctx.min_replicas), ctx.max_replicas)
+        return ScalingDecision(replicas=replicas, signal="idle")
+    asks = demand_by_signal(ctx, targets)
+    signal, ask = max(asks.items(), key=lambda item: item[1], default=("idle", 0.0))
+    if ask <= _EPSILON:
+        signal = "idle"
+    wanted = math.ceil(ask - _EPSILON)
+    replicas = min(max(wanted, ctx.min_replicas), ctx.max_replicas)
+    return ScalingDecision(replicas=replicas, signal=signal, by_signal=asks)

@@ -1,0 +1,141 @@
+"""Ray Serve glue for the engine-load autoscaling policy (the decision itself is ``router.autoscaling``).
+
+Two halves, one per side of Serve's autoscaling loop (Ray 2.60; these hooks are alpha there, hence
+the pinned Ray version):
+
+* **Replica side.** ``EngineDeployment.record_autoscaling_stats()`` returns :func:`engine_metrics`:
+  the engine's load figures and the replica's recent TTFT/TPOT (:class:`RecentLatency`). Serve calls
+  it every ``min(look_back_period_s * 0.2, metrics_interval_s)`` seconds, averages each figure over
+  ``look_back_period_s`` and pushes it to the controller every ``metrics_interval_s``.
+* **Controller side.** :class:`EngineLoadPolicy` is named in the deployment's
+  ``autoscaling_config.policy`` (``policy_function`` + ``policy_kwargs``, see
+  ``AutoscalingSpec.to_serve_autoscaling_config``). Serve instantiates it once with the kwargs and
+  calls it every control-loop tick with an ``AutoscalingContext``; it turns that into a
+  :class:`~router.autoscaling.ScalingContext` and returns what
+  :func:`~router.autoscaling.desired_replicas` decides. Serve then applies its upscale/downscale
+  delays, scaling factors and min/max bounds to the answer, and starts replicas at once when a
+  variant at zero replicas has a request waiting at a handle.
+
+Serve pickles this module by value into its controller, so it imports nothing from Ray at module
+level and keeps its own helpers small.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import Any
+
+from engines.protocol import Delta, EngineStats
+from router.autoscaling import ReplicaLoad, ScalingContext, ScalingTargets, desired_replicas
+
+# The figures a replica reports (Serve wants a flat dict of numbers); 0 latency means "no recent request".
+RUNNING = "engine_running_requests"
+QUEUED = "engine_queued_requests"
+QUEUED_PROMPT_TOKENS = "engine_queued_prompt_tokens"
+MAX_RUNNING = "engine_max_running_requests"
+KV_USED = "engine_kv_used_fraction"
+TTFT_MS = "engine_recent_ttft_ms"
+TPOT_MS = "engine_recent_tpot_ms"
+_LOAD_KEYS = (RUNNING, QUEUED, QUEUED_PROMPT_TOKENS, MAX_RUNNING, KV_USED)
+
+
+class RecentLatency:
+    """Mean TTFT and TPOT of the requests a replica served in the last ``window_s`` seconds.
+
+    Old samples drop out, so a replica that went idle after a slow spell stops reporting the slowness
+    (which would otherwise hold the variant scaled up). Cheap: one deque append per request event.
+    """
+
+    def __init__(self, window_s: float = 10.0, clock=time.monotonic) -> None:
+        self.window_s = window_s
+        self._clock = clock
+        self._ttft: deque[tuple[float, float]] = deque()
+        self._tpot: deque[tuple[float, float]] = deque()
+
+    def observe(self, delta: Delta) -> None:
+        """Takes a request's TTFT from its first delta that carries tokens and its TPOT from its last."""
+        if delta.first_token_time is None:
+            return
+        now = self._clock()
+        first = bool(delta.token_ids) and delta.completion_tokens == len(delta.token_ids)
+        if first and delta.arrival_time is not None:
+            self._ttft.append((now, max(0.0, delta.first_token_time - delta.arrival_time) * 1e3))
+        if delta.finish_reason is not None and delta.completion_tokens > 1:
+            decode_s = time.time() - delta.first_token_time
+            self._tpot.append((now, max(0.0, decode_s) * 1e3 / (delta.completion_tokens - 1)))
+
+    def means_ms(self) -> tuple[float | None, float | None]:
+        """(TTFT, TPOT) in ms over the window; None where no sample is recent enough."""
+        horizon = self._clock() - self.window_s
+        out: list[float | None] = []
+        for samples in (self._ttft, self._tpot):
+            while samples and samples[0][0] < horizon:
+                samples.popleft()
+            out.append(sum(v for _, v in samples) / len(samples) if samples else None)
+        return out[0], out[1]
+
+
+def engine_metrics(stats: EngineStats, latency: RecentLatency) -> dict[str, float]:
+    """What ``record_autoscaling_stats`` returns: the engine's load and the replica's recent latency."""
+    ttft_ms, tpot_ms = latency.means_ms()
+    return {
+        RUNNING: float(stats.running_requests),
+        QUEUED: float(stats.queued_requests),
+        QUEUED_PROMPT_TOKENS: float(stats.queued_prompt_tokens),
+        MAX_RUNNING: float(stats.max_running_requests),
+        KV_USED: stats.kv_used_fraction,
+        TTFT_MS: ttft_ms or 0.0,
+        TPOT_MS: tpot_ms or 0.0,
+    }
+
+
+def replica_load(metrics: dict[str, float]) -> ReplicaLoad:
+    """One replica's reported figures (as Serve aggregated them) as the policy's :class:`ReplicaLoad`."""
+    return ReplicaLoad(
+        running_requests=metrics[RUNNING],
+        queued_requests=metrics[QUEUED],
+        queued_prompt_tokens=metrics[QUEUED_PROMPT_TOKENS],
+        max_running_requests=metrics[MAX_RUNNING],
+        kv_used_fraction=metrics[KV_USED],
+        ttft_ms=metrics.get(TTFT_MS) or None,
+        tpot_ms=metrics.get(TPOT_MS) or None,
+    )
+
+
+def scaling_context(ctx: Any) -> ScalingContext:
+    """Ray's ``AutoscalingContext`` as the policy's :class:`ScalingContext`.
+
+    Only running replicas that reported every load figure count as reporting; a replica that has just
+    started (or whose stats hook failed) is left to the policy, which treats it as idle capacity.
+    """
+    aggregated = ctx.aggregated_metrics or {}
+    loads = []
+    for replica_id in ctx.running_replicas:
+        metrics = {name: values[replica_id] for name, values in aggregated.items() if replica_id in values}
+        if all(key in metrics for key in _LOAD_KEYS):
+            loads.append(replica_load(metrics))
+    return ScalingContext(
+        current_replicas=ctx.current_num_replicas,
+        target_replicas=ctx.target_num_replicas,
+        min_replicas=ctx.capacity_adjusted_min_replicas,
+        max_replicas=ctx.capacity_adjusted_max_replicas,
+        replicas=loads,
+        handle_queued_requests=float(ctx.total_queued_requests or 0.0),
+        ongoing_requests=float(ctx.total_num_requests or 0.0),
+    )
+
+
+class EngineLoadPolicy:
+    """Serve's custom autoscaling policy for a variant: ``policy_kwargs`` are :class:`ScalingTargets`."""
+
+    def __init__(self, **targets: Any) -> None:
+        self.targets = ScalingTargets(**targets)
+
+    def __call__(self, ctx: Any) -> tuple[int, dict[str, Any]]:
+        decision = desired_replicas(scaling_context(ctx), self.targets)
+        # No state of our own: Serve keeps its delay bookkeeping in the dict it merges this into.
+        return decision.replicas, {}
+
+
+POLICY_PATH = f"{__name__}:{EngineLoadPolicy.__name__}"

@@ -1,0 +1,133 @@
+"""Prometheus metrics, exported through Ray's metrics agent (``ray.serve.metrics``).
+
+Ray prefixes application metrics with ``ray_`` on export, so ``vs_ttft_seconds`` is scraped as
+``ray_vs_ttft_seconds_bucket`` etc.; Serve adds ``deployment``, ``replica`` and ``application`` tags.
+``METRIC_NAMES`` is the list the Grafana dashboard (``docs/grafana-dashboard.json``) is checked against.
+
+Histograms use explicit buckets sized for LLM serving: TTFT from 10 ms to a minute, inter-token latency
+from 1 ms to 2 s.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ray.serve import metrics
+
+TTFT_BUCKETS_S = [0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10, 20, 60]
+ITL_BUCKETS_S = [0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1, 2]
+E2E_BUCKETS_S = [0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600]
+
+METRIC_NAMES = (
+    "vs_requests_total",
+    "vs_route_decisions_total",
+    "vs_ttft_seconds",
+    "vs_itl_seconds",
+    "vs_e2e_seconds",
+    "vs_prompt_tokens_total",
+    "vs_completion_tokens_total",
+    "vs_slo_total",
+    "vs_cancelled_total",
+    "vs_engine_queued_requests",
+    "vs_engine_running_requests",
+    "vs_engine_kv_used_fraction",
+    "vs_engine_tokens_per_s",
+)
+
+
+def _keys(*names: str) -> Any:
+    """Tag keys; Ray annotates them as a 1-tuple, but any tuple of names is what it accepts."""
+    return names
+
+
+class IngressMetrics:
+    """What the ingress sees per request: outcome, route, latency, tokens, SLO."""
+
+    def __init__(self) -> None:
+        self.requests = metrics.Counter(
+            "vs_requests_total", "Requests by variant and HTTP status.", tag_keys=_keys("variant", "status")
+        )
+        self.route_decisions = metrics.Counter(
+            "vs_route_decisions_total", "Routing decisions by variant and reason.", tag_keys=_keys("variant", "reason")
+        )
+        self.ttft = metrics.Histogram(
+            "vs_ttft_seconds", "Time to first token at the ingress.", TTFT_BUCKETS_S, tag_keys=("variant",)
+        )
+        self.itl = metrics.Histogram(
+            "vs_itl_seconds", "Inter-token latency (chunk gap / tokens in it).", ITL_BUCKETS_S, tag_keys=("variant",)
+        )
+        self.e2e = metrics.Histogram(
+            "vs_e2e_seconds", "Request latency, first byte in to last token out.", E2E_BUCKETS_S, tag_keys=("variant",)
+        )
+        self.prompt_tokens = metrics.Counter("vs_prompt_tokens_total", "Prompt tokens.", tag_keys=("variant",))
+        self.completion_tokens = metrics.Counter(
+            "vs_completion_tokens_total", "Generated tokens.", tag_keys=("variant",)
+        )
+        self.slo = metrics.Counter(
+            "vs_slo_total", "Finished requests by whether they met their SLO.", tag_keys=_keys("variant", "outcome")
+        )
+        self.cancelled = metrics.Counter(
+            "vs_cancelled_total", "Streams the client abandoned (engine request aborted).", tag_keys=("variant",)
+        )
+
+
+class EngineMetrics:
+    """The engine's live load, set by each engine replica whenever it posts its stats."""
+
+    def __init__(self, variant: str) -> None:
+        self._tags = {"variant": variant}
+        self.queued = metrics.Gauge("vs_engine_queued_requests", "Requests waiting.", tag_keys=("variant",))
+        self.running = metrics.Gauge("vs_engine_running_requests", "Sequences decoding.", tag_keys=("variant",))
+        self.kv_used = metrics.Gauge("vs_engine_kv_used_fraction", "KV cache in use, 0..1.", tag_keys=("variant",))
+        self.tokens_per_s = metrics.Gauge("vs_engine_tokens_per_s", "Recent output tokens/s.", tag_keys=("variant",))
+
+    def set(self, stats: dict) -> None:
+        self.queued.set(stats["queued_requests"], self._tags)
+        self.running.set(stats["running_requests"], self._tags)
+        total = stats["kv_blocks_total"]
+        self.kv_used.set(stats["kv_blocks_used"] / total if total else 0.0, self._tags)
+        self.tokens_per_s.set(stats["tokens_per_s"], self._tags)
+
+
+class RequestRecorder:
+    """Per-request bookkeeping for the ingress metrics: chunk gaps, then one summary at the end."""
+
+    __slots__ = ("_last_at", "_last_tokens", "_m", "_slo", "_start", "_tags", "first_at")
+
+    def __init__(self, m: IngressMetrics, variant: str, slo_ttft_ms: float | None, slo_tpot_ms: float | None) -> None:
+        self._m = m
+        self._tags = {"variant": variant}
+        self._slo = (slo_ttft_ms, slo_tpot_ms)
+        self._start = time.monotonic()
+        self.first_at: float | None = None
+        self._last_at = self._start
+        self._last_tokens = 0
+
+    def chunk(self, completion_tokens: int) -> None:
+        now = time.monotonic()
+        new = completion_tokens - self._last_tokens
+        if self.first_at is None:
+            self.first_at = now
+            self._m.ttft.observe(now - self._start, self._tags)
+        elif new > 0:
+            self._m.itl.observe((now - self._last_at) / new, self._tags)
+        self._last_at, self._last_tokens = now, completion_tokens
+
+    def finish(self, prompt_tokens: int, completion_tokens: int, status: int, *, cancelled: bool = False) -> None:
+        m, tags = self._m, self._tags
+        m.requests.inc(1, {**tags, "status": str(status)})
+        if cancelled:
+            m.cancelled.inc(1, tags)
+        m.prompt_tokens.inc(prompt_tokens, tags)
+        if completion_tokens:
+            m.completion_tokens.inc(completion_tokens, tags)
+        if status != 200 or cancelled or self.first_at is None:
+            return
+        now = time.monotonic()
+        m.e2e.observe(now - self._start, tags)
+        ttft_ms = 1000 * (self.first_at - self._start)
+        tpot_ms = 1000 * (now - self.first_at) / (completion_tokens - 1) if completion_tokens > 1 else 0.0
+        slo_ttft, slo_tpot = self._slo
+        met = (slo_ttft is None or ttft_ms <= slo_ttft) and (slo_tpot is None or tpot_ms <= slo_tpot)
+        m.slo.inc(1, {**tags, "outcome": "met" if met else "missed"})

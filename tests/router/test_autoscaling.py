@@ -1,0 +1,172 @@
+"""The engine-load autoscaling policy on constructed contexts: each signal, their combination, the bounds."""
+
+from __future__ import annotations
+
+import pytest
+
+from router.autoscaling import ReplicaLoad, ScalingContext, ScalingTargets, demand_by_signal, desired_replicas
+
+TARGETS = ScalingTargets(target_batch_utilization=0.75, target_queued_prompt_tokens=4096, target_kv_fraction=0.8)
+
+
+def replica(**load) -> ReplicaLoad:
+    return ReplicaLoad(**{"max_running_requests": 16, **load})
+
+
+def context(*replicas: ReplicaLoad, current: int | None = None, **fields) -> ScalingContext:
+    current = len(replicas) if current is None else current
+    values = {"current_replicas": current, "target_replicas": current, "min_replicas": 1, "max_replicas": 8}
+    return ScalingContext(replicas=replicas, **{**values, **fields})
+
+
+def test_idle_replicas_scale_to_the_minimum():
+    decision = desired_replicas(context(replica(), replica(), replica()), TARGETS)
+
+    assert (decision.replicas, decision.signal) == (1, "idle")
+
+
+def test_idle_replicas_may_scale_to_zero_when_the_minimum_allows():
+    assert desired_replicas(context(replica(), min_replicas=0), TARGETS).replicas == 0
+
+
+def test_load_within_the_slot_target_keeps_one_replica():
+    # 12 of 16 slots = the 0.75 target exactly: one replica suffices, float noise must not add one.
+    decision = desired_replicas(context(replica(running_requests=12)), TARGETS)
+
+    assert (decision.replicas, decision.signal) == (1, "slots")
+
+
+def test_running_and_queued_sequences_beyond_the_slots_ask_for_more_replicas():
+    # 16 running + 20 queued = 36 sequences; 12 per replica at the target -> 3 replicas.
+    decision = desired_replicas(context(replica(running_requests=16, queued_requests=20)), TARGETS)
+
+    assert (decision.replicas, decision.signal) == (3, "slots")
+
+
+def test_requests_waiting_at_serve_handles_count_as_demand():
+    # The engine is full but not over target; 13 more wait at the ingress's handle.
+    ctx = context(replica(running_requests=12), handle_queued_requests=13)
+
+    assert desired_replicas(ctx, TARGETS).replicas == 3
+
+
+def test_serves_own_count_wins_when_engine_reports_lag_behind_it():
+    ctx = context(replica(running_requests=2), ongoing_requests=30)
+
+    assert desired_replicas(ctx, TARGETS).replicas == 3
+
+
+def test_queued_prefill_tokens_scale_out_long_prompts_that_fit_the_slots():
+    # Two queued 8k-token prompts: few sequences, but 4 replicas' worth of queued prefill.
+    ctx = context(replica(running_requests=2, queued_requests=2, queued_prompt_tokens=16_384))
+    decision = desired_replicas(ctx, TARGETS)
+
+    assert (decision.replicas, decision.signal) == (4, "prefill")
+
+
+def test_a_full_kv_cache_asks_for_more_replicas_with_slots_to_spare():
+    # Two replicas at 95% KV with 4 of 16 slots used: 1.9 / 0.8 -> 3 replicas.
+    full = replica(running_requests=4, kv_used_fraction=0.95)
+    ctx = context(full, full)
+    decision = desired_replicas(ctx, TARGETS)
+
+    assert (decision.replicas, decision.signal) == (3, "kv")
+
+
+def test_the_largest_signal_decides_and_every_signal_is_reported():
+    ctx = context(replica(running_requests=6, queued_prompt_tokens=4096, kv_used_fraction=0.4))
+    asks = demand_by_signal(ctx, TARGETS)
+
+    assert asks == pytest.approx({"slots": 0.5, "prefill": 1.0, "kv": 0.5})
+    assert desired_replicas(ctx, TARGETS).signal == "prefill"
+
+
+def test_demand_is_absolute_so_starting_replicas_are_not_counted_twice():
+    # The same demand reported while a second replica is still starting (target 2, one running) or
+    # after it arrived idle asks for the same fleet.
+    loaded = replica(running_requests=16, queued_requests=8)
+    starting = desired_replicas(context(loaded, current=1, target_replicas=2), TARGETS)
+    arrived = desired_replicas(context(loaded, replica(), current=2), TARGETS)
+
+    assert starting.replicas == arrived.replicas == 2
+
+
+def test_the_answer_stays_within_min_and_max():
+    flooded = context(replica(running_requests=16, queued_requests=500), max_replicas=4)
+    idle = context(replica(), replica(), min_replicas=2)
+
+    assert desired_replicas(flooded, TARGETS).replicas == 4
+    assert desired_replicas(idle, TARGETS).replicas == 2
+
+
+def test_without_engine_reports_serves_ongoing_count_is_the_fallback():
+    ctx = context(current=2, ongoing_requests=40)
+    decision = desired_replicas(ctx, ScalingTargets(fallback_target_ongoing_requests=16))
+
+    assert (decision.replicas, decision.signal) == (3, "ongoing")
+
+
+def test_engines_that_do_not_report_batch_slots_fall_back_to_the_ongoing_count():
+    ctx = context(ReplicaLoad(running_requests=10), ongoing_requests=40)
+
+    assert desired_replicas(ctx, ScalingTargets(fallback_target_ongoing_requests=10)).signal == "ongoing"
+
+
+def test_at_zero_replicas_the_target_is_kept():
+    # Nothing reports at zero replicas; Serve itself starts one when a request waits at a handle.
+    ctx = ScalingContext(current_replicas=0, target_replicas=1, min_replicas=0, max_replicas=4)
+
+    assert desired_replicas(ctx, TARGETS).replicas == 1
+
+
+SLO = ScalingTargets(ttft_target_ms=500, tpot_target_ms=50, slo_headroom=0.1)
+
+
+def test_a_latency_miss_on_busy_replicas_adds_one_replica():
+    # 10 of 16 slots (under the slot target) but TTFT 600 ms > 450 ms budget.
+    ctx = context(replica(running_requests=10, ttft_ms=600), replica(running_requests=10, ttft_ms=600))
+    decision = desired_replicas(ctx, SLO)
+
+    assert (decision.replicas, decision.signal) == (3, "slo")
+
+
+def test_a_tpot_miss_counts_like_a_ttft_miss():
+    ctx = context(replica(running_requests=10, ttft_ms=100, tpot_ms=60))
+
+    assert desired_replicas(ctx, SLO).signal == "slo"
+
+
+def test_latency_within_the_budget_adds_nothing():
+    ctx = context(replica(running_requests=10, ttft_ms=440, tpot_ms=44))
+
+    assert "slo" not in demand_by_signal(ctx, SLO)
+
+
+def test_a_slow_but_idle_replica_does_not_scale_out():
+    # Too slow for the SLO even alone: more replicas would not help, and it must not pin max_replicas.
+    ctx = context(replica(running_requests=1, ttft_ms=2000), replica())
+
+    assert desired_replicas(ctx, SLO).replicas == 1
+
+
+def test_unreported_latency_is_no_signal():
+    ctx = context(replica(running_requests=12, ttft_ms=None, tpot_ms=None))
+
+    assert "slo" not in demand_by_signal(ctx, SLO)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"target_batch_utilization": 0},
+        {"target_batch_utilization": 1.5},
+        {"target_kv_fraction": 0},
+        {"slo_headroom": 1},
+        {"target_queued_prompt_tokens": 0},
+        {"fallback_target_ongoing_requests": -1},
+        {"ttft_target_ms": 0},
+    ],
+)
+def test_impossible_targets_are_refused(bad):
+    with pytest.raises(ValueError, match=next(iter(bad))):
+        ScalingTargets(**bad)
