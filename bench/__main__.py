@@ -14,7 +14,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-SUBCOMMANDS: tuple[str, ...] = ("bench.load", "bench.engine_bench", "bench.overhead")
+SUBCOMMANDS: tuple[str, ...] = ("bench.load", "bench.engine_bench", "bench.overhead", "bench.spike", "bench.routing")
 
 
 def build_parser() -> argparse.ArgumentParser:

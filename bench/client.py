@@ -184,6 +184,7 @@ async def send_request(
             response = source.response
             record.status = response.status_code
             record.variant = response.headers.get("x-route-variant")
+            record.route_reason = response.headers.get("x-route-reason")
             record.server_request_id = response.headers.get("x-request-id")
             if response.status_code != 200:
                 await response.aread()

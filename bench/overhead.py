@@ -31,11 +31,20 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import engine_server, overhead_results
+from bench import engine_server, overhead_results, pyspy
 from bench.client import TargetConfig
 from bench.direct import run_direct
 from bench.loadgen import LoadConfig, LoadResult
-from bench.overhead_results import PATHS, LevelResult, OverheadResult, PathResult, level_result
+from bench.overhead_results import (
+    LOAD_GENERATOR,
+    PATHS,
+    LevelResult,
+    OverheadResult,
+    PathResult,
+    cpu_breakdown,
+    level_result,
+)
+from bench.process_cpu import cpu_by_role, cpu_delta
 from bench.prompt_pairs import PromptPair, prompt_pairs, request_specs
 from bench.records import write_jsonl
 from bench.report import machine_info
@@ -79,6 +88,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, default=None, help="directory for report.md, the plot and the records")
     p.add_argument("--request-timeout-s", type=float, default=300.0)
     p.add_argument("--progress", action="store_true", help="tqdm progress bars per level")
+    p.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        help="py-spy every process of each path during each level; raw profiles and summaries go here",
+    )
 
 
 # ---------------------------------------------------------------------------------------------- planning
@@ -191,14 +206,34 @@ class _Run:
     def warmup(self, *, as_text: bool) -> list[RequestSpec]:
         return request_specs(self.pairs[:WARMUP_REQUESTS], WARMUP_TOKENS, as_text=as_text)
 
-    def keep(self, path: str, concurrency: int, result: LoadResult) -> LevelResult:
+    @contextlib.contextmanager
+    def observe(self, path: str, concurrency: int) -> Iterator[dict[str, float]]:
+        """Reads CPU time by process around one level (and profiles it with --profile); fills the yielded dict."""
+        cpu: dict[str, float] = {}
+        profiles: contextlib.AbstractContextManager[dict[str, Path]] = contextlib.nullcontext({})
+        if self.args.profile is not None:
+            pids = {"bench": os.getpid(), **pyspy.pids_by_role()}
+            profiles = pyspy.recording(pids, self.args.profile, f"{path}-c{concurrency}")
+        before = cpu_by_role()
+        with profiles as paths:
+            yield cpu
+        spent = cpu_delta(before, cpu_by_role())
+        # This process is the engine itself in (a), only the client in the HTTP paths.
+        own = "engine_in_process" if path == "direct" else LOAD_GENERATOR
+        cpu.update({own if role == "bench" else role: s for role, s in spent.items()})
+        if paths:
+            summary = self.args.profile / f"{path}-c{concurrency}-summary.txt"
+            summary.write_text(pyspy.summarize_profiles(paths))
+
+    def keep(self, path: str, concurrency: int, result: LoadResult, cpu: dict[str, float]) -> LevelResult:
         records = sorted(result.records, key=lambda r: r.index)
         if self.args.out is not None:
             write_jsonl(records, self.args.out / "records" / f"{path}-c{concurrency}.jsonl")
-        level = level_result(concurrency, summarize(records))
+        level = level_result(concurrency, summarize(records), cpu)
         print(
             f"  {path:13s} c={concurrency:<4d} {level.tokens_per_s:9.1f} tok/s  TTFT p50 "
-            f"{level.ttft_p50_ms or 0:8.1f} ms  p99 {level.ttft_p99_ms or 0:8.1f} ms  errors {level.errors}",
+            f"{level.ttft_p50_ms or 0:8.1f} ms  p99 {level.ttft_p99_ms or 0:8.1f} ms  errors {level.errors}  "
+            f"serving CPU {level.cpu_ms_per_token() or 0:.2f} ms/tok ({cpu_breakdown(level)})",
             flush=True,
         )
         return level
@@ -212,10 +247,12 @@ class _Run:
         await engine.start()
         try:
             await run_direct(engine, self.warmup(as_text=False), WARMUP_REQUESTS, SAMPLING, run_id="warmup")
-            return {
-                c: self.keep("direct", c, await run_direct(engine, self.specs(c, as_text=False), c, SAMPLING))
-                for c in self.concurrency
-            }
+            levels = {}
+            for c in self.concurrency:
+                with self.observe("direct", c) as cpu:
+                    result = await run_direct(engine, self.specs(c, as_text=False), c, SAMPLING)
+                levels[c] = self.keep("direct", c, result, cpu)
+            return levels
         finally:
             await engine.shutdown()
 
@@ -230,7 +267,12 @@ class _Run:
             return result
 
         load(self.warmup(as_text=as_text), WARMUP_REQUESTS)
-        return {c: self.keep(path, c, load(self.specs(c, as_text=as_text), c)) for c in self.concurrency}
+        levels = {}
+        for c in self.concurrency:
+            with self.observe(path, c) as cpu:
+                result = load(self.specs(c, as_text=as_text), c)
+            levels[c] = self.keep(path, c, result, cpu)
+        return levels
 
     def http_target(self, url: str, model: str) -> TargetConfig:
         return TargetConfig(
@@ -289,21 +331,35 @@ class _Run:
             serve.start(http_options={"host": "127.0.0.1", "port": port})
             url = f"http://127.0.0.1:{port}"
             for name in wanted:
-                results[name] = _attempt(name, functools.partial(self._serve_app, name, apps[name], url, models[name]))
+                last = name == wanted[-1]  # serve.shutdown() tears the last app down anyway
+                results[name] = _attempt(
+                    name, functools.partial(self._serve_app, name, apps[name], url, models[name], delete=not last)
+                )
         finally:
             with contextlib.suppress(Exception):
                 serve.shutdown()
             ray.shutdown()
         return results
 
-    def _serve_app(self, name: str, build: Callable[[], Any], url: str, model: str) -> dict[int, LevelResult]:
+    def _serve_app(
+        self, name: str, build: Callable[[], Any], url: str, model: str, *, delete: bool
+    ) -> dict[int, LevelResult]:
         from ray import serve
 
+        started = time.perf_counter()
         serve.run(build(), name=name, route_prefix="/")
+        print(f"  {name} deployed in {time.perf_counter() - started:.1f} s", flush=True)
+        levels = self.http_levels(name, self.http_target(url, model), as_text=False)
+        if not delete:
+            return levels
+        # The next app gets the machine to itself. A slow teardown is reported, not fatal: the numbers stand.
+        started = time.perf_counter()
         try:
-            return self.http_levels(name, self.http_target(url, model), as_text=False)
-        finally:
-            serve.delete(name)  # the next app gets the machine to itself
+            serve.delete(name)
+        except TimeoutError as exc:
+            print(f"  {name}: {exc}", file=sys.stderr, flush=True)
+        print(f"  {name} deleted in {time.perf_counter() - started:.1f} s", flush=True)
+        return levels
 
 
 @contextlib.contextmanager
@@ -361,6 +417,8 @@ def _notes(run: _Run) -> list[str]:
 
 def execute(args: argparse.Namespace) -> OverheadResult:
     started = time.perf_counter()
+    if args.profile is not None and not pyspy.available():
+        raise SystemExit("--profile needs py-spy (pip install py-spy)")
     run = _Run(args)
     print(
         f"overhead: {args.model} on {run.device}, prompts {run.prompt_tokens} tokens, outputs {run.max_tokens} "
@@ -379,7 +437,12 @@ def execute(args: argparse.Namespace) -> OverheadResult:
             paths["engine_server"] = PathResult(description=PATHS["engine_server"], skipped=reason)
     serve_wanted = [p for p in ("naive_serve", "stack") if p in args.paths]
     if serve_wanted:
-        paths.update(run.serve_paths(serve_wanted))
+        try:
+            paths.update(run.serve_paths(serve_wanted))
+        except Exception as exc:  # Ray itself failed (start, import): the paths measured so far still count
+            traceback.print_exc()
+            reason = f"failed: {type(exc).__name__}: {exc}"[:500]
+            paths.update({p: PathResult(description=PATHS[p], skipped=reason) for p in serve_wanted})
     command = shlex.join(["python", "-m", "bench", *getattr(args, "argv", sys.argv[1:])])
     return OverheadResult(
         command=command,

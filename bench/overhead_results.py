@@ -14,6 +14,7 @@ from pathlib import Path
 from matplotlib.figure import Figure
 from pydantic import BaseModel, Field
 
+from bench.process_cpu import PROFILER
 from bench.summary import Summary
 
 # In the order they run and are shown; (a) and (b) are the baselines the others are divided by.
@@ -24,6 +25,8 @@ PATHS: dict[str, str] = {
     "stack": "(d) this project's stack (Serve ingress + engine deployment)",
 }
 BASELINES = ("direct", "engine_server")
+# The role of the bench process in the HTTP paths' CPU figures (in the direct path it is the engine itself).
+LOAD_GENERATOR = "load_generator"
 
 
 class LevelResult(BaseModel):
@@ -37,6 +40,19 @@ class LevelResult(BaseModel):
     ttft_p99_ms: float | None
     ratio_vs_direct: float | None = Field(None, description="tokens_per_s / direct's at this level.")
     ratio_vs_engine_server: float | None = Field(None, description="tokens_per_s / engine_server's.")
+    cpu_s: dict[str, float] = Field(
+        default_factory=dict,
+        description="CPU seconds spent during the level by each process role (bench.process_cpu), all cores.",
+    )
+
+    def cpu_ms_per_token(self, role: str | None = None) -> float | None:
+        """CPU milliseconds per generated token, of one role or (None) of the serving side: every process but
+        the load generator (a client cost, not a serving cost)."""
+        if role is None:
+            spent = sum(s for r, s in self.cpu_s.items() if r not in (LOAD_GENERATOR, PROFILER))
+        else:
+            spent = self.cpu_s.get(role, 0.0)
+        return 1e3 * spent / self.output_tokens if self.output_tokens and self.cpu_s else None
 
 
 class PathResult(BaseModel):
@@ -60,8 +76,9 @@ class OverheadResult(BaseModel):
     notes: list[str] = Field(default_factory=list, description="What a reader must know to judge the numbers.")
 
 
-def level_result(concurrency: int, summary: Summary) -> LevelResult:
+def level_result(concurrency: int, summary: Summary, cpu_s: Mapping[str, float] | None = None) -> LevelResult:
     return LevelResult(
+        cpu_s=dict(cpu_s or {}),
         concurrency=concurrency,
         requests=summary.requests,
         errors=summary.failed,
@@ -142,6 +159,36 @@ def render_table(result: OverheadResult) -> str:
     return "\n".join(lines)
 
 
+def cpu_breakdown(level: LevelResult, top: int = 4) -> str:
+    """``role ms/token`` for the roles that spent the most, e.g. ``variant-engine 0.41, proxy 0.12``."""
+    roles = sorted(level.cpu_s, key=lambda r: -level.cpu_s[r])[:top]
+    return ", ".join(f"{role} {level.cpu_ms_per_token(role):.2f}" for role in roles)
+
+
+def render_cpu_table(result: OverheadResult) -> list[str]:
+    """Markdown: CPU milliseconds per generated token, in all and by process (empty when none was read)."""
+    rows = [
+        f"| {name} | {c} | {_num(lv.cpu_ms_per_token(), 2)} | {cpu_breakdown(lv, top=8)} |"
+        for name, path in result.paths.items()
+        for c, lv in sorted(path.levels.items())
+        if lv.cpu_s
+    ]
+    if not rows:
+        return []
+    return [
+        "## CPU per generated token",
+        "",
+        "CPU time of the processes involved (this one, Ray's, the engine server's), all cores, per output token; "
+        "unlike tokens/s it barely moves with other load on the machine. Serving CPU leaves out the load "
+        "generator.",
+        "",
+        "| path | streams | serving CPU ms/token | by process (ms/token) |",
+        "|---|---:|---:|---|",
+        *rows,
+        "",
+    ]
+
+
 def render_markdown(result: OverheadResult, plot: str | None = None) -> str:
     """The report: what ran, on what, the table, the plot and the notes."""
     lines = [
@@ -163,6 +210,7 @@ def render_markdown(result: OverheadResult, plot: str | None = None) -> str:
     lines.append("")
     if plot is not None:
         lines += [f"![tokens/s per path and concurrency]({plot})", ""]
+    lines += render_cpu_table(result)
     if result.notes:
         lines += ["## Notes", "", *(f"* {note}" for note in result.notes), ""]
     return "\n".join(lines)

@@ -37,6 +37,7 @@ class RequestRecord:
     slo_tpot_ms: float | None = None
     slo_met: bool = False
     variant: str | None = None  # response header x-route-variant: which engine variant served it
+    route_reason: str | None = None  # response header x-route-reason: why the router chose it (or refused)
     server_request_id: str | None = None  # response header x-request-id
 
     @property

@@ -10,8 +10,10 @@ error only says *what* went wrong, with a message meant for the client, in the s
     │   ├── ContextTooLongError      prompt (+ max_tokens) does not fit any context
     │   └── ModelNotFoundError       an unknown model / variant / builtin name
     ├── AuthenticationError          missing or wrong API key
+    ├── PermissionDeniedError        a valid key without the right to this endpoint
     ├── OverloadedError              no capacity now: retry after ``retry_after_s``
     ├── UnavailableError             no replica can serve now (starting, scaled to zero): retry later
+    ├── RequestTimeoutError          the request ran past the configured time limit
     ├── EngineDeadError              the engine cannot serve (crashed, stopped, unhealthy)
     └── EngineConfigError            a configuration that cannot work (raised at start / deploy time)
 """
@@ -63,6 +65,10 @@ class AuthenticationError(ServingError):
     """The request carries no valid credentials."""
 
 
+class PermissionDeniedError(ServingError):
+    """The caller is known but may not use this endpoint."""
+
+
 class OverloadedError(ServingError):
     """No capacity right now; the client should retry after ``retry_after_s`` seconds."""
 
@@ -77,6 +83,10 @@ class UnavailableError(ServingError):
     def __init__(self, message: str, *, retry_after_s: float = 5.0) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
+
+
+class RequestTimeoutError(ServingError):
+    """The request ran longer than the configured limit; its engine request was aborted."""
 
 
 class EngineDeadError(ServingError):

@@ -29,4 +29,5 @@ def build_app(args: dict) -> Application:
         for variant in config.variants
     }
     ingress = _Ingress.options(**config.ingress.deployment_options())
-    return ingress.bind(config.model_dump(mode="json"), variants, board)
+    # The raw args, not a dump: a dump masks the API keys (SecretStr), and the ingress re-validates anyway.
+    return ingress.bind(args, variants, board)

@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from engines.config import EngineConfig
 from engines.errors import EngineConfigError
 from router import LatencyProfile, RouterConfig
+from serve_app.auth import AuthConfig
 
 # URL- and metric-label-safe, and short enough to embed in deployment and replica names.
 VARIANT_NAME_PATTERN = r"^[a-zA-Z0-9][a-zA-Z0-9._-]{0,62}$"
@@ -466,6 +467,10 @@ class AppConfig(_Strict):
     variants: list[VariantConfig] = Field(min_length=1, description="The engine variants, at least one.")
     ingress: IngressConfig = Field(default_factory=IngressConfig, description="The ingress deployment.")
     limits: LimitsConfig = Field(default_factory=LimitsConfig, description="Per-request limits.")
+    auth: AuthConfig = Field(
+        default_factory=AuthConfig,
+        description="API keys and per-key limits for /v1/*; none configured means the endpoint is open.",
+    )
     router: RouterConfig = Field(
         default_factory=RouterConfig,
         description="The routing policy (see router/config.py): which variant serves each request for the "

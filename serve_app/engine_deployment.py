@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import logging
 import math
+import os
 from collections.abc import AsyncIterator
 
 from ray import serve
@@ -48,7 +49,7 @@ class EngineDeployment:
                 yield delta
 
     def info(self) -> dict:
-        return {"name": self.variant.name, "context_length": self.engine.context_length}
+        return {"name": self.variant.name, "context_length": self.engine.context_length, "pid": os.getpid()}
 
     def stats(self) -> dict:
         return dataclasses.asdict(self.engine.stats())

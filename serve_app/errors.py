@@ -19,6 +19,8 @@ from engines.errors import (
     InvalidRequestError,
     ModelNotFoundError,
     OverloadedError,
+    PermissionDeniedError,
+    RequestTimeoutError,
     ServingError,
     UnavailableError,
 )
@@ -31,8 +33,10 @@ _STATUS: list[tuple[type[ServingError], int, str, str | None]] = [
     (ContextTooLongError, 400, "invalid_request_error", "context_length_exceeded"),
     (InvalidRequestError, 400, "invalid_request_error", None),
     (AuthenticationError, 401, "authentication_error", "invalid_api_key"),
+    (PermissionDeniedError, 403, "permission_error", "admin_key_required"),
     (OverloadedError, 429, "rate_limit_error", "overloaded"),
     (UnavailableError, 503, "server_error", "no_replica_available"),
+    (RequestTimeoutError, 504, "server_error", "timeout"),
     (EngineDeadError, 503, "server_error", "engine_unavailable"),
     (EngineConfigError, 500, "server_error", "engine_misconfigured"),
 ]

@@ -7,29 +7,35 @@ it, an SSE error event followed by ``data: [DONE]``. If the client goes away, Se
 """
 
 # No `from __future__ import annotations` here: FastAPI must resolve the route parameters' annotations.
+import asyncio
 import json
 import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import FastAPI, Request
 from ray import serve
-from ray.exceptions import RayTaskError
+from ray.exceptions import ActorUnavailableError, RayActorError, RayTaskError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from engines.errors import (
     ContextTooLongError,
+    EngineDeadError,
     InvalidRequestError,
     ModelNotFoundError,
     OverloadedError,
+    PermissionDeniedError,
+    RequestTimeoutError,
     ServingError,
     UnavailableError,
 )
 from engines.protocol import Delta, GenerationRequest
 from router import Decision, Prediction, RequestFeatures, features_from_headers
+from serve_app.auth import KeyStore, Principal
 from serve_app.config import AppConfig
 from serve_app.errors import PayloadTooLargeError, describe, error_body, error_response
 from serve_app.metrics import IngressMetrics, RequestRecorder
@@ -54,6 +60,8 @@ def _unwrap(exc: BaseException) -> BaseException:
     """Errors raised in an engine replica arrive wrapped by Ray; the boundary wants the original."""
     while isinstance(exc, RayTaskError) and getattr(exc, "cause", None) is not None:
         exc = exc.cause
+    if isinstance(exc, RayActorError | ActorUnavailableError):
+        return EngineDeadError("The engine replica serving this request stopped; retry the request.")
     return exc
 
 
@@ -71,6 +79,12 @@ def _rejection(decision: Decision, prompt_tokens: int, contexts: dict[str, int])
     return UnavailableError(detail, retry_after_s=decision.retry_after_s or 5.0)
 
 
+@app.exception_handler(ServingError)
+async def _serving_error(request: Request, exc: ServingError) -> Response:
+    # Errors raised by the small routes (auth on /v1/models, /variants); generation handles its own.
+    return error_response(exc)
+
+
 @app.exception_handler(StarletteHTTPException)
 async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
     # Unknown routes and wrong methods still answer in OpenAI's error format.
@@ -78,6 +92,31 @@ async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResp
         error_body(str(exc.detail), "invalid_request_error", code=str(exc.status_code)),
         status_code=exc.status_code,
     )
+
+
+@dataclass(slots=True)
+class _Flight:
+    """Everything one request holds while it is in flight, released once by ``Ingress._finish``."""
+
+    request_id: str
+    deadline: float
+    prompt_tokens: int = 0
+    headers: dict[str, str] = field(default_factory=dict)
+    principal: Principal | None = None
+    admitted: bool = False
+    ticket: RouteTicket | None = None
+    recorder: Any = None  # RequestRecorder once routed
+    stream: Any = None  # the variant's DeploymentResponseGenerator
+    finished: bool = False
+
+    def remaining(self) -> float:
+        return max(0.0, self.deadline - time.monotonic())
+
+
+def _timeout_or(error: BaseException) -> BaseException:
+    if isinstance(error, TimeoutError):
+        return RequestTimeoutError("The request ran past this endpoint's time limit and was stopped.")
+    return error
 
 
 # Serve pickles the class when it is decorated: module-level helpers it uses must be defined above it.
@@ -93,6 +132,7 @@ class Ingress:
         self._routing = RoutingTable(self.config, lambda: board.snapshot.remote())
         self._routing.start()
         self._metrics = IngressMetrics()
+        self._keys = KeyStore(self.config.auth)
         self._created = int(time.time())
 
     # ------------------------------------------------------------------ routes
@@ -106,7 +146,8 @@ class Ingress:
         return await self._generate(request, chat=True)
 
     @app.get("/v1/models")
-    async def models(self) -> dict:
+    async def models(self, request: Request) -> dict:
+        self._keys.authenticate(request.headers.get("authorization"))
         names = [self.config.model_name] + [v.name for v in self.config.variants]
         return {
             "object": "list",
@@ -120,7 +161,10 @@ class Ingress:
         return {"status": "ok"}
 
     @app.get("/variants")
-    async def variants(self) -> dict:
+    async def variants(self, request: Request) -> dict:
+        caller = self._keys.authenticate(request.headers.get("authorization"))
+        if caller is not None and self.config.auth.restrict_variants_endpoint and not caller.admin:
+            raise PermissionDeniedError(f"Key '{caller.name}' is not an admin key; /variants needs one.")
         snapshot = await self._board.snapshot.remote()
         out = []
         for v in self.config.variants:
@@ -142,10 +186,11 @@ class Ingress:
     # ------------------------------------------------------------------ generation
 
     async def _generate(self, request: Request, *, chat: bool) -> Response:
-        request_id = _request_id(request)
-        ticket: RouteTicket | None = None
-        route_headers: dict[str, str] = {}
+        flight = _Flight(
+            request_id=_request_id(request), deadline=time.monotonic() + self.config.limits.request_timeout_s
+        )
         try:
+            flight.principal = self._keys.authenticate(request.headers.get("authorization"))
             body = await self._read_json(request)
             req = parse_request(ChatCompletionRequest if chat else CompletionRequest, body)
             pinned = self._check_model(req.model)
@@ -157,54 +202,72 @@ class Ingress:
                 max_tokens = req.max_tokens
             max_tokens = self._check_max_tokens(max_tokens)
             self._check_prompt_limit(len(prompt_ids))
+            flight.prompt_tokens = len(prompt_ids)
             features = features_from_headers(
                 request.headers, len(prompt_ids), max_tokens, req.priority, pinned, self.config.router
             )
             variant, reason, prediction, rejection = await self._route(features)
-            route_headers = {"x-route-reason": reason}
+            flight.headers["x-route-reason"] = reason
             self._metrics.route_decisions.inc(1, {"variant": variant or "none", "reason": reason})
             if rejection is not None:
                 raise rejection
-            route_headers["x-route-variant"] = variant
-            ticket = self._routing.open(variant, len(prompt_ids), prediction)
-            recorder = RequestRecorder(self._metrics, variant, features.slo.ttft_ms, features.slo.tpot_ms)
-            gen_request = GenerationRequest(request_id, prompt_ids, req.sampling(max_tokens))
-            stream = self._stream_handles[variant].generate.remote(gen_request)
-            try:
-                first = await stream.__anext__()
-            except StopAsyncIteration:
+            flight.headers["x-route-variant"] = variant
+            self._keys.admit(flight.principal, len(prompt_ids) + max_tokens, time.monotonic())
+            flight.admitted = True
+            flight.ticket = self._routing.open(variant, len(prompt_ids), prediction)
+            flight.recorder = RequestRecorder(self._metrics, variant, features.slo.ttft_ms, features.slo.tpot_ms)
+            gen_request = GenerationRequest(flight.request_id, prompt_ids, req.sampling(max_tokens))
+            flight.stream = self._stream_handles[variant].generate.remote(gen_request)
+            async with asyncio.timeout(flight.remaining()):
+                first = await anext(flight.stream, None)
+            if first is None:
                 first = Delta(text="", token_ids=[], finish_reason="stop", prompt_tokens=len(prompt_ids))
-            except BaseException:
-                stream.cancel()
-                raise
-            self._routing.first_token(ticket)
-            recorder.chunk(first.completion_tokens)
+            self._routing.first_token(flight.ticket)
+            flight.recorder.chunk(first.completion_tokens)
         except Exception as exc:
-            error = _unwrap(exc)
-            if ticket is not None:
-                self._routing.close(ticket, 0, ok=False)
+            error = _timeout_or(_unwrap(exc))
             status, _, _ = describe(error)
-            variant_tag = route_headers.get("x-route-variant", "none")
-            self._metrics.requests.inc(1, {"variant": variant_tag, "status": str(status)})
-            logger.info("request %s rejected: %s %s", request_id, status, error)
+            self._finish(flight, None, status)
+            logger.info("request %s rejected: %s %s", flight.request_id, status, error)
             response = error_response(error)
-            response.headers.update(route_headers)
+            response.headers.update(flight.headers)
             return response
+        except BaseException:
+            self._finish(flight, None, 499)
+            raise
 
         shape = ResponseShape(
-            id=("chatcmpl-" if chat else "cmpl-") + request_id.removeprefix("req-"),
+            id=("chatcmpl-" if chat else "cmpl-") + flight.request_id.removeprefix("req-"),
             model=req.model,
             created=int(time.time()),
             chat=chat,
         )
-        logger.info("request %s -> %s (%s, %d prompt tokens)", request_id, variant, reason, len(prompt_ids))
+        logger.info("request %s -> %s (%s, %d prompt tokens)", flight.request_id, variant, reason, len(prompt_ids))
         if req.stream:
             return StreamingResponse(
-                self._relay(first, stream, shape, req.include_usage, request_id, ticket, recorder),
+                self._relay(flight, first, shape, req.include_usage),
                 media_type="text/event-stream",
-                headers={**route_headers, "cache-control": "no-cache"},
+                headers={**flight.headers, "cache-control": "no-cache"},
             )
-        return await self._collect(first, stream, shape, route_headers, ticket, recorder)
+        return await self._collect(flight, first, shape)
+
+    def _finish(self, flight: _Flight, last: Delta | None, status: int) -> None:
+        """Ends a request's bookkeeping exactly once: route feedback, metrics, the key's slot, the engine stream."""
+        if flight.finished:
+            return
+        flight.finished = True
+        completion = last.completion_tokens if last is not None else 0
+        if flight.ticket is not None:
+            self._routing.close(flight.ticket, completion, ok=status == 200)
+        if flight.recorder is not None:
+            flight.recorder.finish(flight.prompt_tokens, completion, status, cancelled=status == 499)
+        else:
+            variant = flight.headers.get("x-route-variant", "none")
+            self._metrics.requests.inc(1, {"variant": variant, "status": str(status)})
+        if flight.admitted:
+            self._keys.release(flight.principal)
+        if status != 200 and flight.stream is not None:
+            flight.stream.cancel()  # client gone, failed or timed out: abort inside the engine
 
     async def _route(self, features: RequestFeatures) -> tuple[str, str, Prediction | None, ServingError | None]:
         """(variant, reason, prediction, rejection): where the request goes, or the error that refuses it."""
@@ -221,84 +284,60 @@ class Ingress:
         return variant, str(decision.reason), decision.predictions.get(variant), None
 
     async def _relay(
-        self,
-        first: Delta,
-        stream: Any,
-        shape: ResponseShape,
-        include_usage: bool,
-        request_id: str,
-        ticket: RouteTicket,
-        recorder: RequestRecorder,
+        self, flight: _Flight, first: Delta, shape: ResponseShape, include_usage: bool
     ) -> AsyncIterator[bytes]:
         last = first
-        done = False
         status = 499  # the client went away, unless the stream ends another way
         try:
             delta: Delta | None = first
-            while delta is not None:
-                last = delta
-                if delta.text or delta.finish_reason:
-                    yield sse(shape.chunk(delta.text, openai_finish_reason(delta.finish_reason)))
-                if delta.finish_reason:
-                    break
-                delta = await anext(stream, None)
-                if delta is not None:
-                    recorder.chunk(delta.completion_tokens)
-            done = True
+            async with asyncio.timeout(flight.remaining()):
+                while delta is not None:
+                    last = delta
+                    if delta.text or delta.finish_reason:
+                        yield sse(shape.chunk(delta.text, openai_finish_reason(delta.finish_reason)))
+                    if delta.finish_reason:
+                        break
+                    delta = await anext(flight.stream, None)
+                    if delta is not None:
+                        flight.recorder.chunk(delta.completion_tokens)
             status = 200
             if include_usage:
                 yield sse(shape.usage_chunk(last.prompt_tokens, last.completion_tokens))
             yield DONE
         except Exception as exc:  # after the first token: an error event, then [DONE]
-            error = _unwrap(exc)
+            error = _timeout_or(_unwrap(exc))
             status, body, _ = describe(error)
-            logger.warning("request %s failed mid-stream: %s", request_id, error)
+            logger.warning("request %s failed mid-stream: %s", flight.request_id, error)
+            self._finish(flight, last, status)  # abort in the engine before telling the client
             yield sse(body)
             yield DONE
         finally:
-            self._routing.close(ticket, last.completion_tokens, ok=done)
-            recorder.finish(last.prompt_tokens, last.completion_tokens, status, cancelled=status == 499)
-            if not done:  # client went away (cancelled) or the stream failed: abort in the engine
-                stream.cancel()
+            self._finish(flight, last, status)
 
-    async def _collect(
-        self,
-        first: Delta,
-        stream: Any,
-        shape: ResponseShape,
-        headers: dict,
-        ticket: RouteTicket,
-        recorder: RequestRecorder,
-    ) -> Response:
+    async def _collect(self, flight: _Flight, first: Delta, shape: ResponseShape) -> Response:
         parts = [first.text]
         last = first
-        ok = False
         status = 499  # the client went away, unless the request ends another way
         try:
-            while not last.finish_reason:
-                delta = await anext(stream, None)
-                if delta is None:
-                    break
-                recorder.chunk(delta.completion_tokens)
-                parts.append(delta.text)
-                last = delta
-            ok, status = True, 200
+            async with asyncio.timeout(flight.remaining()):
+                while not last.finish_reason:
+                    delta = await anext(flight.stream, None)
+                    if delta is None:
+                        break
+                    flight.recorder.chunk(delta.completion_tokens)
+                    parts.append(delta.text)
+                    last = delta
+            status = 200
         except Exception as exc:
-            error = _unwrap(exc)
+            error = _timeout_or(_unwrap(exc))
             status = describe(error)[0]
             return error_response(error)
         finally:
-            self._routing.close(ticket, last.completion_tokens, ok=ok)
-            recorder.finish(last.prompt_tokens, last.completion_tokens, status, cancelled=status == 499)
-            if not ok:
-                stream.cancel()
+            self._finish(flight, last, status)
         body = shape.full(
-            "".join(parts),
-            openai_finish_reason(last.finish_reason),
-            last.prompt_tokens,
-            last.completion_tokens,
+            "".join(parts), openai_finish_reason(last.finish_reason), last.prompt_tokens, last.completion_tokens
         )
-        return JSONResponse(body, headers=headers)
+        return JSONResponse(body, headers=flight.headers)
 
     # ------------------------------------------------------------------ checks
 

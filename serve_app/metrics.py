@@ -119,7 +119,8 @@ class RequestRecorder:
         m.requests.inc(1, {**tags, "status": str(status)})
         if cancelled:
             m.cancelled.inc(1, tags)
-        m.prompt_tokens.inc(prompt_tokens, tags)
+        if prompt_tokens:  # Ray's counters refuse increments of 0
+            m.prompt_tokens.inc(prompt_tokens, tags)
         if completion_tokens:
             m.completion_tokens.inc(completion_tokens, tags)
         if status != 200 or cancelled or self.first_at is None:

@@ -6,11 +6,13 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import typing
 from typing import Any
 
 import httpx
 import pytest
 from ray import serve
+from ray.serve import Deployment
 from ray.serve._private.common import DeploymentID, ReplicaID
 from ray.serve.config import AutoscalingConfig, AutoscalingContext
 
@@ -131,10 +133,10 @@ def test_recent_latency_takes_ttft_from_the_first_delta_and_tpot_from_the_last_a
     clock = _Clock()
     latency = RecentLatency(window_s=10.0, clock=clock)
     started = time.time() - 1.0
-    times = {"first_token_time": started, "arrival_time": started - 0.2}
-    first = Delta(text="ab", token_ids=[1, 2], completion_tokens=2, **times)
-    middle = Delta(text="c", token_ids=[3], completion_tokens=3, **times)
-    last = Delta(text="d", token_ids=[4], finish_reason="length", completion_tokens=11, **times)
+    arrived = started - 0.2
+    first = Delta("ab", [1, 2], completion_tokens=2, first_token_time=started, arrival_time=arrived)
+    middle = Delta("c", [3], completion_tokens=3, first_token_time=started, arrival_time=arrived)
+    last = Delta("d", [4], "length", completion_tokens=11, first_token_time=started, arrival_time=arrived)
 
     for delta in (first, middle, last):
         latency.observe(delta)
@@ -166,7 +168,7 @@ def test_the_drain_timeout_covers_the_longest_stream_the_app_accepts():
     # 8 streams in 4 slots drain in 2 rounds of 1000 tokens at 20 tokens/s.
     assert variant.graceful_shutdown_timeout_s == 2 * 1000 / 20 + DRAIN_MARGIN_S
     options = variant.deployment_options()
-    deployment = serve.deployment(_Replica).options(**options)
+    deployment = typing.cast(Deployment, serve.deployment(_Replica)).options(**options)
     assert deployment._deployment_config.graceful_shutdown_timeout_s == variant.graceful_shutdown_timeout_s
 
 
@@ -261,9 +263,10 @@ async def test_a_load_step_scales_the_variant_up_and_back_down_without_cutting_a
             # Step: 12 streams on a replica with 4 batch slots -> the engines report queues -> 2 replicas.
             step = await _drive(client, 12, 64, lambda n: n >= 2, time.monotonic() + 90)
             scaled_up = await _replicas(client)
-            # After the step, two streams keep flowing while the policy removes the replica it no longer
-            # needs; whatever that replica still streams must drain, not be cut.
-            after = await _drive(client, 2, 128, lambda n: n <= 1, time.monotonic() + 90)
+            # After the step, two long streams (seconds each, longer than Serve's 2 s drain check) keep
+            # flowing while the policy removes the replica it no longer needs: whatever that replica still
+            # streams must drain, not be cut.
+            after = await _drive(client, 2, 600, lambda n: n <= 1, time.monotonic() + 90)
             scaled_down = await _replicas(client)
     finally:
         await asyncio.to_thread(serve.delete, APP)

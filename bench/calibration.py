@@ -1,0 +1,197 @@
+"""A short calibration of each variant through the live app: its latency figures and its capacity.
+
+Requests are pinned to one variant (the request's ``model`` names it) and go the whole serving path, so
+the figures include what a client sees (proxy, ingress, engine). Per variant, three small probes:
+
+* a few short prompts one at a time: the base TTFT and the TPOT of a batch of one;
+* a few long prompts one at a time: the prefill cost per prompt token (from the TTFT difference);
+* a burst of concurrent short prompts: how TPOT grows with the batch, and the short-request throughput.
+
+The fit (:func:`fit_profile`) is pure: it turns the probes' records into a
+:class:`~router.config.LatencyProfile`, the figures that seed the router's latency model, and a capacity
+in requests per second. The bench uses the first to seed the router and the second to place its rates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import statistics
+import time
+import uuid
+from collections.abc import Sequence
+
+import httpx
+from pydantic import BaseModel, Field
+
+from bench.client import MonotonicClock, TargetConfig, send_request
+from bench.records import RequestRecord
+from bench.workload import RequestSpec, Slo, make_prompt
+from router.config import LatencyProfile
+
+
+class ProbePlan(BaseModel):
+    """What one variant's calibration sends."""
+
+    short_tokens: int = Field(64, ge=1, description="Prompt length of the short probes.")
+    long_tokens: int = Field(ge=2, description="Prompt length of the long probes (must fit the context).")
+    output_tokens: int = Field(32, ge=2, description="max_tokens of every probe.")
+    sequential: int = Field(3, ge=1, description="Short probes sent one at a time (and as many long ones, -1).")
+    burst: int = Field(8, ge=2, description="Short probes sent at once.")
+    long_burst: int = Field(3, ge=1, description="Long probes sent at once (their throughput).")
+
+
+class VariantCalibration(BaseModel):
+    """What the probes of one variant measured, and the figures fitted to them."""
+
+    variant: str
+    profile: LatencyProfile = Field(description="Seed figures for the router's latency model.")
+    short_per_s: float = Field(description="Short requests per second finished by the concurrent burst.")
+    long_s: float = Field(description="Mean end-to-end seconds of one long probe on an idle variant.")
+    long_per_s: float = Field(
+        description="Long requests per second finished by the concurrent long burst: long prefills queue "
+        "behind each other, so this is below what one long probe alone suggests."
+    )
+    ttft_short_ms: float
+    ttft_long_ms: float
+    tpot_batch_1_ms: float
+    tpot_burst_ms: float
+
+
+def _median(values: Sequence[float | None]) -> float:
+    present = [v for v in values if v is not None]
+    if not present:
+        raise ValueError("no successful probe measured this figure")
+    return statistics.median(present)
+
+
+def fit_profile(
+    variant: str,
+    short: Sequence[RequestRecord],
+    long: Sequence[RequestRecord],
+    burst: Sequence[RequestRecord],
+    long_burst: Sequence[RequestRecord],
+    *,
+    burst_wall_s: float,
+    long_burst_wall_s: float,
+    mean_output_tokens: float,
+) -> VariantCalibration:
+    """Fits the figures of one variant from its probes (failed probes are left out; none left raises).
+
+    TTFT = base + prompt tokens x ms per token: two prompt lengths give both. TPOT grows linearly with the
+    batch: one at a time and the burst give both ends. ``mean_output_tokens`` is the workload's, not a
+    measurement: it is how long a request that waits for a batch slot waits per running request.
+    """
+    for name, probes in (("short", short), ("long", long), ("burst", burst)):
+        if not any(r.ok for r in probes):
+            raise ValueError(f"{variant}: every {name} probe failed ({_errors(probes)})")
+    short_ok = [r for r in short if r.ok]
+    long_ok = [r for r in long if r.ok]
+    burst_ok = [r for r in burst if r.ok]
+    ttft_short = 1e3 * _median([r.ttft_s for r in short_ok])
+    ttft_long = 1e3 * _median([r.ttft_s for r in long_ok])
+    n_short = statistics.median(r.prompt_tokens for r in short_ok)
+    n_long = statistics.median(r.prompt_tokens for r in long_ok)
+    # A noisy machine can make the long prompt look no slower; keep the rate finite and positive.
+    ms_per_token = max((ttft_long - ttft_short) / max(n_long - n_short, 1.0), 1e-3)
+    base = max(ttft_short - n_short * ms_per_token, 0.0)
+    tpot_1 = 1e3 * _median([r.tpot_s for r in short_ok])
+    tpot_burst = 1e3 * _median([r.tpot_s for r in burst_ok])
+    per_extra = max(tpot_burst - tpot_1, 0.0) / (len(burst) - 1)
+    return VariantCalibration(
+        variant=variant,
+        profile=LatencyProfile(
+            prefill_tokens_per_s=1e3 / ms_per_token,
+            base_ttft_ms=base,
+            tpot_ms_at_batch_1=tpot_1,
+            tpot_ms_per_extra_seq=per_extra,
+            mean_output_tokens=mean_output_tokens,
+        ),
+        short_per_s=len(burst_ok) / burst_wall_s if burst_wall_s > 0 else 0.0,
+        long_s=statistics.mean(r.e2e_s or 0.0 for r in long_ok),
+        long_per_s=sum(r.ok for r in long_burst) / long_burst_wall_s if long_burst_wall_s > 0 else 0.0,
+        ttft_short_ms=ttft_short,
+        ttft_long_ms=ttft_long,
+        tpot_batch_1_ms=tpot_1,
+        tpot_burst_ms=tpot_burst,
+    )
+
+
+def _errors(records: Sequence[RequestRecord]) -> str:
+    return "; ".join(f"{r.status} {r.error_type}: {r.error_message}" for r in records[:3])
+
+
+def mix_capacity(short_per_s: float, long_per_s: float, short_share: float) -> float:
+    """Requests per second of a short/long mix at which the busier of two variants is saturated.
+
+    Short requests go to one variant and long ones to the other (the natural split); the mix saturates the
+    first variant to reach its capacity. It is an estimate: on a small machine the variants share cores.
+    """
+    if not 0 < short_share < 1:
+        raise ValueError("short_share must be in (0, 1)")
+    return min(short_per_s / short_share, long_per_s / (1.0 - short_share))
+
+
+def probe_specs(plan: ProbePlan, count: int, tokens: int, seed: str) -> list[RequestSpec]:
+    rng = random.Random(seed)
+    return [
+        RequestSpec(
+            index=i,
+            send_at=None,
+            prompt=make_prompt(tokens, "token_ids", (256, 500), rng),
+            prompt_tokens=tokens,
+            max_tokens=plan.output_tokens,
+            slo=Slo(),
+        )
+        for i in range(count)
+    ]
+
+
+async def calibrate_variant(
+    client: httpx.AsyncClient,
+    url: str,
+    variant: str,
+    plan: ProbePlan,
+    *,
+    mean_output_tokens: float,
+    request_timeout_s: float = 60.0,
+) -> VariantCalibration:
+    """Probes ``variant`` (pinned by name) through the app at ``url`` and fits its figures."""
+    target = TargetConfig(url=url, model=variant, request_timeout_s=request_timeout_s)
+    clock = MonotonicClock()
+    run_start, wall_start = clock.now(), time.time()
+    run_id = uuid.uuid4().hex[:8]
+
+    async def send(spec: RequestSpec, tag: str) -> RequestRecord:
+        return await send_request(
+            client,
+            target,
+            spec,
+            request_id=f"calib-{run_id}-{variant}-{tag}-{spec.index}",
+            clock=clock,
+            start=clock.now(),
+            run_start=run_start,
+            wall_start=wall_start,
+        )
+
+    # One unmeasured request first: the first one through a fresh path pays for setting it up.
+    await send(probe_specs(plan, 1, plan.short_tokens, f"{variant}:warm")[0], "warm")
+    short = [await send(s, "short") for s in probe_specs(plan, plan.sequential, plan.short_tokens, "short")]
+    long_count = max(plan.sequential - 1, 1)
+    long = [await send(s, "long") for s in probe_specs(plan, long_count, plan.long_tokens, "long")]
+    burst_start = clock.now()
+    burst = await asyncio.gather(*(send(s, "burst") for s in probe_specs(plan, plan.burst, plan.short_tokens, "burst")))
+    burst_wall_s = clock.now() - burst_start
+    long_start = clock.now()
+    long_specs = probe_specs(plan, plan.long_burst, plan.long_tokens, "long-burst")
+    long_burst = await asyncio.gather(*(send(s, "long-burst") for s in long_specs))
+    return fit_profile(
+        variant,
+        short,
+        long,
+        burst,
+        long_burst,
+        burst_wall_s=burst_wall_s,
+        long_burst_wall_s=clock.now() - long_start,
+        mean_output_tokens=mean_output_tokens,
+    )

@@ -1,0 +1,403 @@
+"""``python -m bench routing``: every routing policy against the same mixed traffic at a sweep of rates.
+
+Starts its own local Ray cluster and Serve (HTTP on a free loopback port), deploys the app of
+``serve_config.yaml`` once, calibrates its variants (latency figures and capacity, through the app,
+pinned by name), then for each policy deploys an ingress beside it whose ``router.policy`` is that
+policy and which routes to the same engine replicas, and drives it with Poisson arrivals of a mix of
+short interactive prompts (tight SLO) and long prompts (loose SLO; only the large-context variant holds
+them) at each rate. Writes ``sweep.json``, ``report.md`` (table + route reasons + the issue's bar),
+``sweep.png`` and each point's ``records.jsonl`` into ``--out``.
+
+Why one ingress per policy instead of redeploying the app: a redeploy restarts every replica (Serve gives
+an imperatively deployed deployment a new version each time), which costs more than the quick sweep's
+budget and hands every policy cold engines. The engines are what the policies share; only the ingress
+holds the policy, so only the ingress changes.
+
+Why variants are held at a fixed replica count (their autoscaling ``min_replicas``): with autoscaling a
+policy that loads a variant would leave it scaled up for the next policy (downscale delays are tens of
+seconds), so the comparison would depend on the order of the sweep. ``--autoscale`` keeps autoscaling.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import copy
+import json
+import os
+import shlex
+import socket
+import sys
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+from pydantic import BaseModel, Field
+
+from bench.arrivals import PoissonArrivals, arrival_times
+from bench.calibration import ProbePlan, VariantCalibration, calibrate_variant, mix_capacity
+from bench.client import TargetConfig
+from bench.load import drive
+from bench.loadgen import LoadConfig
+from bench.mix import MixConfig, mean_length, mixed_requests, routing_mix
+from bench.records import RequestRecord, write_jsonl
+from bench.report import machine_info
+from bench.routing_plot import sweep_plot
+from bench.routing_results import Bar, SweepPoint, bar, markdown_table, reasons_table, sweep_point
+from bench.workload import RequestSpec
+from router.config import RouterConfig, SLOTier
+
+POLICIES = ("slo", "round_robin", "least_loaded", "length_threshold", "largest")
+QUICK_FRACTIONS = (0.5, 1.0)
+FULL_FRACTIONS = (0.25, 0.5, 0.75, 1.0, 1.25)
+BASE_APP = "llm"  # the app that holds the engines (and its own, idle, ingress)
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "routing",
+        help="every routing policy on a mixed short/long workload at a sweep of rates (starts its own Ray)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--config", type=Path, default=Path("serve_config.yaml"), help="the Serve config to deploy")
+    p.add_argument("--quick", action="store_true", help="2 rates x 5 policies x 15 s (about 4-5 minutes)")
+    p.add_argument("--policies", nargs="+", choices=POLICIES, default=list(POLICIES))
+    p.add_argument("--rates", nargs="+", type=float, default=None, help="req/s; default: from calibration")
+    p.add_argument(
+        "--rate-fractions",
+        nargs="+",
+        type=float,
+        default=None,
+        help=f"rates as fractions of the calibrated capacity (default {FULL_FRACTIONS}, quick {QUICK_FRACTIONS})",
+    )
+    p.add_argument("--duration-s", type=float, default=None, help="seconds of arrivals per point (60, quick 15)")
+    p.add_argument("--request-timeout-s", type=float, default=None, help="hard limit per request (30, quick 15)")
+    p.add_argument("--interactive-share", type=float, default=0.75, help="share of short interactive requests")
+    p.add_argument("--long-tier", default="standard", help="SLO tier of the long prompts")
+    p.add_argument(
+        "--no-profile",
+        dest="profile",
+        action="store_false",
+        help="do not seed the router's latency models with the calibrated figures",
+    )
+    p.add_argument("--autoscale", action="store_true", help="keep the config's autoscaling (see above)")
+    p.add_argument("--router", type=json.loads, default={}, help="JSON merged into the router config")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", type=Path, default=None, help="default bench/results/routing[-quick]")
+    p.add_argument("--json", type=Path, default=None, help="also write the sweep summary JSON here")
+
+
+# ---------------------------------------------------------------------- pure helpers
+
+
+def app_args_from_file(path: Path, app_name: str | None = None) -> dict[str, Any]:
+    """The ``args`` of one application of a Serve config file (the first, unless named)."""
+    apps = yaml.safe_load(path.read_text())["applications"]
+    app = apps[0] if app_name is None else next(a for a in apps if a["name"] == app_name)
+    return copy.deepcopy(app["args"])
+
+
+def fixed_replicas(args: dict[str, Any]) -> dict[str, Any]:
+    """``args`` with each autoscaled variant held at its ``min_replicas`` (at least 1)."""
+    out = copy.deepcopy(args)
+    for variant in out["variants"]:
+        scaling = variant.pop("autoscaling", None)
+        if scaling is not None:
+            variant["num_replicas"] = max(1, int(scaling.get("min_replicas", 1)))
+    return out
+
+
+def policy_args(
+    args: dict[str, Any],
+    policy: str,
+    profiles: dict[str, dict[str, float]] | None = None,
+    router: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """``args`` with ``router.policy`` set (and other router fields merged) and variants' latency profiles."""
+    out = copy.deepcopy(args)
+    out["router"] = {**out.get("router", {}), **(router or {}), "policy": policy}
+    for variant in out["variants"]:
+        if profiles and variant["name"] in profiles:
+            variant["latency_profile"] = profiles[variant["name"]]
+    return out
+
+
+def sweep_rates(capacity: float, fractions: tuple[float, ...] | list[float]) -> list[float]:
+    return [round(capacity * f, 2) for f in fractions]
+
+
+# ---------------------------------------------------------------------- the summary
+
+
+class RoutingSweep(BaseModel):
+    command: str
+    date: str
+    machine: dict[str, str]
+    wall_s: float = Field(description="The whole command, Ray start to shutdown.")
+    notes: list[str]
+    mix: MixConfig
+    calibration: list[VariantCalibration]
+    capacity_rps: float = Field(description="Estimated capacity of the mix (see bench.calibration).")
+    rates: list[float]
+    duration_s: float
+    points: list[SweepPoint]
+    bar: Bar | None
+
+
+def render_report(sweep: RoutingSweep, variants: list[str], tiers: list[str], plot: str) -> str:
+    cal = [
+        "| variant | base TTFT (ms) | prefill (tok/s) | TPOT batch 1 (ms) | +TPOT per seq (ms) | "
+        "short burst (req/s) | one long probe (s) | long burst (req/s) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for c in sweep.calibration:
+        p = c.profile
+        cal.append(
+            f"| {c.variant} | {p.base_ttft_ms:.0f} | {p.prefill_tokens_per_s:,.0f} | {p.tpot_ms_at_batch_1:.1f} "
+            f"| {p.tpot_ms_per_extra_seq:.2f} | {c.short_per_s:.1f} | {c.long_s:.2f} | {c.long_per_s:.2f} |"
+        )
+    b = sweep.bar
+    verdict = (
+        "no SLO policy point"
+        if b is None
+        else f"at {b.rate:.2f} req/s: {b.policy} {b.attainment:.1%}, best baseline {b.best_baseline} "
+        f"{(b.best_baseline_attainment or 0):.1%}, margin {(b.margin or 0):+.1%} "
+        f"(bar: >= {b.min_attainment:.0%} and >= {b.min_margin:+.0%}) -> **{'met' if b.met else 'NOT met'}**"
+    )
+    lines = [
+        "# Routing policies on mixed traffic",
+        "",
+        f"* Command: `{sweep.command}`",
+        f"* Date: {sweep.date}; wall time {sweep.wall_s:.0f} s",
+        "* Machine: " + ", ".join(f"{k} {v}" for k, v in sweep.machine.items()),
+        *(f"* {n}" for n in sweep.notes),
+        "",
+        "## Calibration (pinned requests through the app)",
+        "",
+        *cal,
+        "",
+        f"Estimated capacity of the mix: {sweep.capacity_rps:.2f} req/s; rates: "
+        + ", ".join(f"{r:.2f}" for r in sweep.rates),
+        "",
+        "## Results",
+        "",
+        markdown_table(sweep.points, variants, tiers),
+        "",
+        f"**Bar:** {verdict}",
+        "",
+        "## Route reasons (x-route-reason)",
+        "",
+        reasons_table(sweep.points),
+        "",
+        f"![attainment and goodput vs rate]({plot})",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------- driving the app
+
+
+@dataclass(frozen=True)
+class SweepTarget:
+    """What the sweep sends: the served model, the traffic mix and its tiers' targets, the per-request limit."""
+
+    model: str
+    mix: MixConfig
+    tiers: dict[str, SLOTier]
+    timeout_s: float
+
+    def at(self, url: str, model: str | None = None) -> TargetConfig:
+        return TargetConfig(url=url, model=model or self.model, request_timeout_s=self.timeout_s)
+
+
+async def drive_point(url: str, t: SweepTarget, rate: float, duration_s: float, seed: int) -> list[RequestRecord]:
+    """Poisson arrivals of the mix at ``rate`` for ``duration_s``; every record, in send order."""
+    specs = mixed_requests(t.mix, t.tiers, arrival_times(PoissonArrivals(rate=rate), seed))
+    return await send_specs(url, t, specs, LoadConfig(duration_s=duration_s, progress=False))
+
+
+async def send_specs(url: str, t: SweepTarget, specs: Iterable[RequestSpec], load: LoadConfig) -> list[RequestRecord]:
+    result, _ = await drive(t.at(url), load, iter(specs), poll=False, poll_interval_s=1.0)
+    return sorted(result.records, key=lambda r: r.index)
+
+
+async def warm(url: str, t: SweepTarget, count: int = 6) -> None:
+    """A few requests, one at a time, through a fresh ingress: its first requests set up its handles, and
+    the router's models learn from them. Not measured."""
+    specs = mixed_requests(t.mix.model_copy(update={"seed": t.mix.seed + 10_000}), t.tiers, [None] * count)
+    await send_specs(url, t, specs, LoadConfig(concurrency=1, num_requests=count, progress=False))
+
+
+async def context_lengths(url: str) -> dict[str, int]:
+    """Each variant's context length as its engines report it (GET /variants)."""
+    async with httpx.AsyncClient(timeout=30.0) as client:
+        response = await client.get(f"{url}/variants")
+        response.raise_for_status()
+    return {
+        v["name"]: min(r["context_length"] for r in v["replica_stats"])
+        for v in response.json()["variants"]
+        if v["replica_stats"]
+    }
+
+
+async def calibrate(url: str, contexts: dict[str, int], t: SweepTarget) -> list[VariantCalibration]:
+    classes = t.mix.classes
+    mean_output = sum(c.weight * mean_length(c.output_len) for c in classes) / sum(c.weight for c in classes)
+    longest = max(mean_length(c.input_len) for c in classes)
+    out = []
+    async with httpx.AsyncClient() as client:
+        for variant, context in contexts.items():
+            # The long probe: the mix's mean long prompt where the context holds it, else most of the context.
+            plan = ProbePlan(long_tokens=int(min(longest, context - 64)))
+            out.append(await calibrate_variant(client, url, variant, plan, mean_output_tokens=mean_output))
+    return out
+
+
+# ---------------------------------------------------------------------- Ray and Serve
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _policy_ingress(args: dict[str, Any]) -> Any:
+    """An app of one ingress with ``args``' router config, routing to the base app's engines and board."""
+    from ray import serve
+
+    from serve_app.app import _Ingress
+    from serve_app.config import load_app_config
+
+    config = load_app_config(args)
+    handles = {v.name: serve.get_deployment_handle(v.deployment_name, BASE_APP) for v in config.variants}
+    board = serve.get_deployment_handle("StatsBoard", BASE_APP)
+    return _Ingress.options(**config.ingress.deployment_options()).bind(config.model_dump(mode="json"), handles, board)
+
+
+def _log(started: float, text: str) -> None:
+    print(f"[{time.monotonic() - started:5.0f} s] {text}", flush=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    started = time.monotonic()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # builtin models are generated offline
+    duration_s = args.duration_s or (15.0 if args.quick else 60.0)
+    args.request_timeout_s = args.request_timeout_s or (15.0 if args.quick else 30.0)
+    fractions = args.rate_fractions or list(QUICK_FRACTIONS if args.quick else FULL_FRACTIONS)
+    out = args.out or Path("bench/results/routing-quick" if args.quick else "bench/results/routing")
+    base_args = app_args_from_file(args.config)
+    if not args.autoscale:
+        base_args = fixed_replicas(base_args)
+    router = RouterConfig.model_validate({**base_args.get("router", {}), **args.router})
+    mix = routing_mix(interactive_share=args.interactive_share, long_tier=args.long_tier, seed=args.seed)
+    target = SweepTarget(base_args["model_name"], mix, dict(router.tiers), args.request_timeout_s)
+    command = shlex.join(["python", "-m", "bench", *getattr(args, "argv", sys.argv[1:])])
+
+    import ray
+    from ray import serve
+
+    from serve_app.app import build_app
+
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, namespace=f"bench-routing-{os.getpid()}")
+    points: list[SweepPoint] = []
+    try:
+        port = _free_port()
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        base_url = f"http://127.0.0.1:{port}"
+        serve.run(build_app(base_args), name=BASE_APP, route_prefix="/")
+        contexts = asyncio.run(context_lengths(base_url))
+        _log(started, f"app up, contexts {contexts}; calibrating")
+        calibration = asyncio.run(calibrate(base_url, contexts, target))
+        for c in calibration:
+            _log(started, f"{c.variant}: {c.model_dump_json()}")
+        capacity = mix_capacity(
+            max(c.short_per_s for c in calibration),
+            next(c.long_per_s for c in calibration if c.variant == max(contexts, key=contexts.__getitem__)),
+            args.interactive_share,
+        )
+        rates = args.rates or sweep_rates(capacity, fractions)
+        _log(started, f"capacity ~{capacity:.2f} req/s; rates {rates}")
+        profiles = {c.variant: c.profile.model_dump() for c in calibration} if args.profile else None
+        shortest = min(contexts.values())
+        names = {policy: f"routing-{policy.replace('_', '-')}" for policy in args.policies}
+        # All at once: ingress replicas start in parallel (each loads the tokenizer; seconds apiece).
+        serve.run_many(
+            [
+                serve.RunTarget(
+                    _policy_ingress(policy_args(base_args, policy, profiles, args.router)),
+                    name=name,
+                    route_prefix=f"/{name}",
+                )
+                for policy, name in names.items()
+            ]
+        )
+        _log(started, f"ingresses up: {', '.join(names.values())}")
+        qualities = {v["name"]: float(v.get("quality", 1.0)) for v in base_args["variants"]}
+        for policy, name in names.items():
+            url = f"{base_url}/{name}"
+            asyncio.run(warm(url, target))
+            for i, rate in enumerate(rates):
+                records = asyncio.run(drive_point(url, target, rate, duration_s, args.seed + i))
+                write_jsonl(records, out / policy / f"rate-{rate:g}" / "records.jsonl")
+                point = sweep_point(policy, rate, records, long_prompt_tokens=shortest, qualities=qualities)
+                points.append(point)
+                s = point.summary
+                _log(
+                    started,
+                    f"{policy} @ {rate:.2f} req/s: {s.requests} requests, attainment {s.slo_attainment:.1%}, "
+                    f"goodput {s.goodput:.2f}, errors {s.errors_by_status}, reasons {point.reasons}",
+                )
+            serve.delete(name)  # an idle ingress still polls the stats board: leave none to later policies
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+
+    tiers = sorted({c.tier for c in mix.classes})
+    sweep = RoutingSweep(
+        command=command,
+        date=datetime.now(UTC).isoformat(timespec="seconds"),
+        machine=machine_info(),
+        wall_s=time.monotonic() - started,
+        notes=_notes(args, duration_s),
+        mix=mix,
+        calibration=calibration,
+        capacity_rps=capacity,
+        rates=rates,
+        duration_s=duration_s,
+        points=points,
+        bar=bar(points) if any(p.policy == "slo" for p in points) else None,
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    for path in (out / "sweep.json", args.json):
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(sweep.model_dump_json(indent=2) + "\n")
+    plot = sweep_plot(points, out / "sweep.png")
+    report = render_report(sweep, list(contexts), tiers, plot.name)
+    (out / "report.md").write_text(report)
+    print(markdown_table(points, list(contexts), tiers))
+    print(report.split("**Bar:** ")[1].split("\n")[0])
+    print(f"wall time {sweep.wall_s:.0f} s; wrote {out / 'report.md'}")
+    return 0
+
+
+def _notes(args: argparse.Namespace, duration_s: float) -> list[str]:
+    return [
+        f"Each point: Poisson arrivals for {duration_s:g} s, then every request in flight runs to its end "
+        f"(hard limit {args.request_timeout_s:g} s per request; a timeout counts as a miss).",
+        "Variants held at a fixed replica count (autoscaling min_replicas)"
+        if not args.autoscale
+        else "Variants autoscale as configured (results depend on the order of the sweep).",
+        "Router latency models seeded with the calibrated figures"
+        if args.profile
+        else "Router latency models start from the config's figures (none: pessimistic defaults).",
+        "Attainment counts every request sent: a rejection or failure is a miss.",
+    ]

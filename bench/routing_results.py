@@ -1,0 +1,174 @@
+"""The results of a routing sweep: one point per (policy, rate), its table, and the issue's bar.
+
+Pure functions over records and summaries, so the table math is tested without a server.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+
+from pydantic import BaseModel, Field
+
+from bench.records import RequestRecord
+from bench.summary import Summary, summarize
+
+NO_VARIANT = "none"  # the variant of a request that was refused before reaching one
+
+
+class SweepPoint(BaseModel):
+    """One policy at one offered rate."""
+
+    policy: str
+    rate: float = Field(description="Offered rate (Poisson mean, requests per second).")
+    summary: Summary
+    variant_share: dict[str, float] = Field(
+        description="Fraction of all requests per x-route-variant ('none': refused before any variant)."
+    )
+    reasons: dict[str, int] = Field(description="Requests per x-route-reason ('none': no header came back).")
+    long_on_variant: dict[str, int] = Field(
+        description="Requests longer than long_prompt_tokens per variant that served them."
+    )
+    quality_met: float | None = Field(
+        description="Mean quality of the variants that served the requests meeting their SLO: what the SLO "
+        "policy's 'quality' objective buys (None when none met it)."
+    )
+
+
+def variant_shares(records: Sequence[RequestRecord]) -> dict[str, float]:
+    counts = Counter(r.variant or NO_VARIANT for r in records)
+    total = len(records)
+    return {name: n / total for name, n in sorted(counts.items())} if total else {}
+
+
+def reason_counts(records: Sequence[RequestRecord]) -> dict[str, int]:
+    return dict(sorted(Counter(r.route_reason or NO_VARIANT for r in records).items()))
+
+
+def mean_quality(records: Sequence[RequestRecord], qualities: Mapping[str, float]) -> float | None:
+    """Mean quality of the variants that served the requests that met their SLO."""
+    served = [qualities[r.variant] for r in records if r.slo_met and r.variant is not None and r.variant in qualities]
+    return sum(served) / len(served) if served else None
+
+
+def sweep_point(
+    policy: str,
+    rate: float,
+    records: Sequence[RequestRecord],
+    *,
+    long_prompt_tokens: int,
+    qualities: Mapping[str, float],
+) -> SweepPoint:
+    return SweepPoint(
+        policy=policy,
+        rate=rate,
+        summary=summarize(records),
+        variant_share=variant_shares(records),
+        reasons=reason_counts(records),
+        quality_met=mean_quality(records, qualities),
+        long_on_variant=dict(
+            sorted(Counter(r.variant or NO_VARIANT for r in records if r.prompt_tokens > long_prompt_tokens).items())
+        ),
+    )
+
+
+class Bar(BaseModel):
+    """The issue's bar at the highest rate: the SLO policy's attainment against the best baseline's."""
+
+    rate: float
+    policy: str
+    attainment: float
+    best_baseline: str | None
+    best_baseline_attainment: float | None
+    margin: float | None = Field(description="policy attainment - best baseline's; None without baselines.")
+    min_attainment: float
+    min_margin: float
+    met: bool
+
+
+def bar(
+    points: Sequence[SweepPoint], *, policy: str = "slo", min_attainment: float = 0.9, min_margin: float = 0.15
+) -> Bar:
+    """Judges ``policy`` at the highest rate it ran against every other policy run at that rate."""
+    ours = [p for p in points if p.policy == policy]
+    if not ours:
+        raise ValueError(f"no point of policy {policy!r}")
+    top = max(p.rate for p in ours)
+    mine = next(p for p in ours if p.rate == top)
+    others = [p for p in points if p.policy != policy and p.rate == top]
+    best = max(others, key=lambda p: p.summary.slo_attainment, default=None)
+    attainment = mine.summary.slo_attainment
+    margin = None if best is None else attainment - best.summary.slo_attainment
+    return Bar(
+        rate=top,
+        policy=policy,
+        attainment=attainment,
+        best_baseline=None if best is None else best.policy,
+        best_baseline_attainment=None if best is None else best.summary.slo_attainment,
+        margin=margin,
+        min_attainment=min_attainment,
+        min_margin=min_margin,
+        met=attainment >= min_attainment and margin is not None and margin >= min_margin,
+    )
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}"
+
+
+def _errors(summary: Summary) -> str:
+    return ", ".join(f"{status}: {n}" for status, n in summary.errors_by_status.items()) or "-"
+
+
+def _tier(summary: Summary, tier: str) -> str:
+    group = summary.by_tier.get(tier)
+    return "-" if group is None else f"{group.slo_attainment:.0%}"
+
+
+def markdown_table(points: Sequence[SweepPoint], variants: Sequence[str], tiers: Sequence[str]) -> str:
+    """One row per (policy, rate), in the order given."""
+    head = [
+        "policy",
+        "rate (req/s)",
+        "requests",
+        "SLO attainment",
+        *(f"attain. {t}" for t in tiers),
+        "goodput (req/s)",
+        "quality of met",
+        "TTFT p50 / p99 (ms)",
+        "TPOT p50 / p99 (ms)",
+        "errors by status",
+        *(f"share {v}" for v in variants),
+        "long prompts on",
+    ]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---:" if i else "---" for i in range(len(head))) + "|"]
+    for p in points:
+        s = p.summary
+        cells = [
+            p.policy,
+            f"{p.rate:.2f}",
+            str(s.requests),
+            f"{s.slo_attainment:.1%}",
+            *(_tier(s, t) for t in tiers),
+            f"{s.goodput:.2f}",
+            "-" if p.quality_met is None else f"{p.quality_met:.2f}",
+            f"{_ms(s.ttft_ms.p50)} / {_ms(s.ttft_ms.p99)}",
+            f"{_ms(s.tpot_ms.p50)} / {_ms(s.tpot_ms.p99)}",
+            _errors(s),
+            *(f"{p.variant_share.get(v, 0.0):.0%}" for v in variants),
+            ", ".join(f"{v}: {n}" for v, n in p.long_on_variant.items()) or "-",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def reasons_table(points: Sequence[SweepPoint]) -> str:
+    """Route reasons per (policy, rate): why requests went where they went."""
+    names = sorted({r for p in points for r in p.reasons})
+    lines = [
+        "| policy | rate | " + " | ".join(names) + " |",
+        "|---|---:|" + "---:|" * len(names),
+    ]
+    for p in points:
+        lines.append(f"| {p.policy} | {p.rate:.2f} | " + " | ".join(str(p.reasons.get(n, 0)) for n in names) + " |")
+    return "\n".join(lines)

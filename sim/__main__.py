@@ -1,0 +1,102 @@
+"""``python -m sim``: the built-in cluster scenario, or ``python -m sim calibrate`` against a real run.
+
+    python -m sim --json out.json [--out DIR] [--duration-s 3600] [--policies slo largest] [--scaling static]
+    python -m sim calibrate --records records.jsonl --profile PROFILE [--replicas N] [--json out.json]
+
+PROFILE is a built-in name (``sim.profiles.BUILTIN_PROFILES``) or a JSON file of an
+:class:`~sim.profile.EngineProfile`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from bench.records import read_jsonl
+from sim.calibrate import calibrate, render
+from sim.profile import EngineProfile
+from sim.profiles import BUILTIN_PROFILES
+from sim.scenario import ALL_POLICIES, ALL_SCALING, builtin_scenario, run_matrix, table
+
+COMMANDS = ("run", "calibrate")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m sim", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="the built-in scenario: every policy x scaling mode (the default command)")
+    run.add_argument("--json", type=Path, default=None, help="write every run's summary and GPU-hours here")
+    run.add_argument("--out", type=Path, default=None, help="also write each run as the bench does (plots)")
+    run.add_argument("--duration-s", type=float, default=3600.0)
+    run.add_argument("--rate-scale", type=float, default=1.0, help="multiply every stream's rate")
+    run.add_argument("--policies", nargs="+", choices=ALL_POLICIES, default=list(ALL_POLICIES))
+    run.add_argument("--scaling", nargs="+", choices=ALL_SCALING, default=list(ALL_SCALING))
+    run.add_argument("--workers", type=int, default=None, help="processes (default: one per CPU)")
+
+    cal = sub.add_parser("calibrate", help="replay a bench run's records; simulated vs measured percentiles")
+    cal.add_argument("--records", type=Path, required=True, help="records.jsonl of a `python -m bench load` run")
+    cal.add_argument("--profile", required=True, help="a built-in profile name or an EngineProfile JSON file")
+    cal.add_argument("--replicas", type=int, default=1, help="replicas the real run had")
+    cal.add_argument("--max-ongoing-requests", type=int, default=None)
+    cal.add_argument("--json", type=Path, default=None)
+    return parser
+
+
+def load_profile(text: str) -> EngineProfile:
+    if text in BUILTIN_PROFILES:
+        return BUILTIN_PROFILES[text]
+    return EngineProfile.model_validate_json(Path(text).read_text())
+
+
+def _run(args: argparse.Namespace) -> int:
+    scenario = builtin_scenario(args.duration_s, args.rate_scale).model_copy(
+        update={"policies": args.policies, "scaling": args.scaling}
+    )
+    started = time.perf_counter()
+    runs = run_matrix(scenario, workers=args.workers, out=args.out)
+    wall = time.perf_counter() - started
+    print(f"# {scenario.name}\n")
+    print(table(runs))
+    print(f"\n{len(runs)} runs simulated in {wall:.1f} s wall")
+    if args.json is not None:
+        payload = {
+            "scenario": scenario.model_dump(mode="json"),
+            "wall_s": wall,
+            "runs": [r.model_dump(mode="json") for r in runs],
+        }
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(payload, indent=2) + "\n")
+    return 0
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    try:
+        profile = load_profile(args.profile)
+        result = calibrate(
+            read_jsonl(args.records), profile, replicas=args.replicas, max_ongoing_requests=args.max_ongoing_requests
+        )
+    except (OSError, ValueError) as exc:
+        print(f"sim calibrate: {exc}", file=sys.stderr)
+        return 2
+    print(render(result))
+    if args.json is not None:
+        args.json.write_text(result.model_dump_json(indent=2) + "\n")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in (*COMMANDS, "-h", "--help"):
+        argv = ["run", *argv]  # `python -m sim --json out.json` runs the built-in scenario
+    args = build_parser().parse_args(argv)
+    return _run(args) if args.command == "run" else _calibrate(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,127 @@
+"""One variant's Serve deployment in the simulation: its replicas, the handle queue in front of them, and
+the GPU time they hold.
+
+Like a Serve handle, a request goes to the less loaded of two randomly drawn ready replicas (power of two
+choices, ``request_router/pow_2_router.py``), never to one already holding ``max_ongoing_requests``; when
+every replica is full (or none is ready yet) it waits at the handle in arrival order. Scaling down stops
+starting replicas first, then drains the least loaded ready ones: they take nothing new and release
+their GPUs once their open requests finish (Serve's graceful shutdown).
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from collections.abc import Iterator
+
+from sim.profile import EngineProfile
+from sim.replica import ReplicaState, SimReplica
+from sim.request import SimRequest
+
+
+class SimDeployment:
+    def __init__(self, name: str, profile: EngineProfile, max_ongoing_requests: int, seed: int = 0) -> None:
+        self.name = name
+        self.profile = profile
+        self.max_ongoing_requests = max_ongoing_requests
+        self.replicas: list[SimReplica] = []  # starting, ready and draining ones
+        self.ready: list[SimReplica] = []
+        self.handle_queue: deque[SimRequest] = deque()
+        self._rng = random.Random(f"{seed}:{name}:pow2")
+        self._ids = 0
+        self._gpu_seconds = 0.0
+        self._alive_gpus = 0
+        self._last_change_s = 0.0
+
+    # ------------------------------------------------------------------ counts
+
+    @property
+    def starting(self) -> int:
+        return sum(r.state is ReplicaState.STARTING for r in self.replicas)
+
+    @property
+    def target(self) -> int:
+        """Replicas that count towards the deployment's size: ready and starting (not draining)."""
+        return sum(r.state in (ReplicaState.STARTING, ReplicaState.READY) for r in self.replicas)
+
+    def gpu_seconds(self, now: float) -> float:
+        return self._gpu_seconds + self._alive_gpus * (now - self._last_change_s)
+
+    def _account(self, now: float, delta_replicas: int) -> None:
+        self._gpu_seconds = self.gpu_seconds(now)
+        self._last_change_s = now
+        self._alive_gpus += delta_replicas * self.profile.gpus_per_replica
+
+    # ------------------------------------------------------------------ requests
+
+    def dispatch(self, request: SimRequest, now: float) -> tuple[SimReplica, float | None] | None:
+        """Hands ``request`` to a replica (the replica and its new iteration end) or queues it (None)."""
+        if self.handle_queue:  # keep arrival order: earlier requests go first
+            self.handle_queue.append(request)
+            return None
+        replica = self._pick()
+        if replica is None:
+            self.handle_queue.append(request)
+            return None
+        return replica, replica.submit(request, now)
+
+    def drain_handle_queue(self, now: float) -> Iterator[tuple[SimReplica, float | None]]:
+        """Sends waiting requests to replicas with room, in order, while there is room."""
+        while self.handle_queue:
+            replica = self._pick()
+            if replica is None:
+                return
+            yield replica, replica.submit(self.handle_queue.popleft(), now)
+
+    def _pick(self) -> SimReplica | None:
+        ready = self.ready
+        limit = self.max_ongoing_requests
+        if not ready:
+            return None
+        if len(ready) == 1:
+            only = ready[0]
+            return only if only.ongoing < limit else None
+        a, b = self._rng.sample(ready, 2)
+        best = a if a.ongoing <= b.ongoing else b
+        if best.ongoing < limit:
+            return best
+        # Both draws are full: Serve keeps trying others; the least loaded one with room, if any.
+        least = min(ready, key=lambda r: r.ongoing)
+        return least if least.ongoing < limit else None
+
+    # ------------------------------------------------------------------ scaling
+
+    def add_replica(self, now: float) -> SimReplica:
+        self._ids += 1
+        replica = SimReplica(f"{self.name}#{self._ids}", self.profile, now + self.profile.startup_s)
+        self.replicas.append(replica)
+        self._account(now, +1)
+        return replica
+
+    def mark_ready(self, replica: SimReplica) -> bool:
+        """A started replica serves; False when it was stopped while starting."""
+        if replica.state is not ReplicaState.STARTING:
+            return False
+        replica.state = ReplicaState.READY
+        self.ready.append(replica)
+        return True
+
+    def remove_replicas(self, count: int, now: float) -> None:
+        """Stops ``count`` replicas: starting ones first, then the least loaded ready ones (they drain)."""
+        for replica in [r for r in self.replicas if r.state is ReplicaState.STARTING][::-1][:count]:
+            self._stop(replica, now)
+            count -= 1
+        for replica in sorted(self.ready, key=lambda r: r.ongoing)[: max(count, 0)]:
+            self.ready.remove(replica)
+            replica.state = ReplicaState.DRAINING
+            if replica.ongoing == 0:
+                self._stop(replica, now)
+
+    def release_if_drained(self, replica: SimReplica, now: float) -> None:
+        if replica.state is ReplicaState.DRAINING and replica.ongoing == 0:
+            self._stop(replica, now)
+
+    def _stop(self, replica: SimReplica, now: float) -> None:
+        replica.state = ReplicaState.STOPPED
+        self.replicas.remove(replica)
+        self._account(now, -1)

@@ -1,0 +1,36 @@
+"""One simulated request: what it asks for, and the times the simulation stamps on it as it runs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bench.workload import Slo
+from router import Prediction, RequestFeatures
+
+
+@dataclass(slots=True, eq=False)
+class SimRequest:
+    """A request from arrival at the ingress to its last token. Times are simulated seconds.
+
+    Outputs run to ``max_tokens`` (the bench sends ``ignore_eos``), so the decode length is known.
+    """
+
+    index: int
+    arrival_s: float
+    prompt_tokens: int
+    max_tokens: int
+    slo: Slo  # the bench's SLO: the tier name sent and the targets the run is scored against
+    features: RequestFeatures  # what the router sees
+    variant: str | None = None
+    prediction: Prediction | None = None
+    dispatched_s: float | None = None  # handed to a replica's engine
+    remaining_prefill: int = 0
+    first_token_s: float | None = None
+    end_s: float | None = None
+    reject_status: int | None = None
+    reject_reason: str | None = None
+
+    @property
+    def kv_tokens(self) -> int:
+        """The KV cache a running sequence reserves: its whole context."""
+        return self.prompt_tokens + self.max_tokens

@@ -1,0 +1,258 @@
+"""A scenario: variant pools on a GPU budget, traffic, and the router policies and scaling modes to compare.
+
+Each (policy, scaling) pair is one simulated run of the same traffic. Scaling modes:
+
+* ``static``: every pool fully provisioned for the whole run (no autoscaler): the GPU-hours ceiling;
+* ``ongoing_requests``: Serve's default autoscaler (ongoing requests per replica vs a target);
+* ``engine_load``: the project's own policy (``router.autoscaling`` via ``serve_app.autoscaling``).
+
+:func:`builtin_scenario` is the issue's cluster: 64 H200s split between an INT4 8B pool (one GPU a
+replica) and an FP8 70B tensor-parallel-4 pool, an hour of chat, RAG and batch traffic whose rate
+jumps five-fold for ten minutes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from bench.arrivals import SpikeArrivals
+from bench.summary import Summary, summarize
+from bench.workload import NormalLength, SloTier, WorkloadConfig
+from router import RouterConfig
+from router.config import Policy
+from serve_app.config import AutoscalingSpec
+from sim.profile import EngineProfile
+from sim.profiles import BUILTIN_PROFILES
+from sim.simulator import SimResult, Simulation, SimVariant
+from sim.workload import Stream, sim_requests
+
+Scaling = Literal["static", "ongoing_requests", "engine_load"]
+ALL_POLICIES: tuple[Policy, ...] = ("slo", "round_robin", "least_loaded", "length_threshold", "largest")
+ALL_SCALING: tuple[Scaling, ...] = ("static", "ongoing_requests", "engine_load")
+
+
+class PoolSpec(BaseModel):
+    """One variant and the GPUs set aside for it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    profile: str | EngineProfile = Field(description="A name in sim.profiles.BUILTIN_PROFILES, or a profile.")
+    gpus: int = Field(ge=1, description="GPUs of the pool: its replicas when fully provisioned x GPUs each.")
+    quality: float = Field(1.0, gt=0, le=1)
+    cost_per_1k_tokens: float = Field(0.0, ge=0)
+    max_ongoing_requests: int = Field(64, ge=1)
+    autoscaling: AutoscalingSpec = Field(
+        default_factory=AutoscalingSpec,
+        description="Bounds, delays and targets when autoscaled; max_replicas is capped at the pool's size.",
+    )
+    mean_output_tokens: float = Field(
+        256.0, ge=1, description="Seeds the router's latency model, as a measured profile would."
+    )
+
+    def engine_profile(self) -> EngineProfile:
+        return BUILTIN_PROFILES[self.profile] if isinstance(self.profile, str) else self.profile
+
+    @property
+    def pool_replicas(self) -> int:
+        return self.gpus // self.engine_profile().gpus_per_replica
+
+    def sim_variant(self, scaling: Scaling) -> SimVariant:
+        profile = self.engine_profile()
+        base = SimVariant(
+            name=self.name,
+            profile=profile,
+            quality=self.quality,
+            cost_per_1k_tokens=self.cost_per_1k_tokens,
+            max_ongoing_requests=self.max_ongoing_requests,
+            num_replicas=self.pool_replicas,
+            latency_profile=profile.latency_profile(self.mean_output_tokens),
+        )
+        if scaling == "static":
+            return base
+        spec = self.autoscaling.model_copy(
+            update={"policy": scaling, "max_replicas": min(self.autoscaling.max_replicas, self.pool_replicas)}
+        )
+        initial = spec.initial_replicas if spec.initial_replicas is not None else spec.min_replicas
+        return dataclasses.replace(base, num_replicas=initial, autoscaling=spec)
+
+
+class Scenario(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    duration_s: float = Field(gt=0, description="Requests are sent for this long; the run ends when all finish.")
+    pools: list[PoolSpec] = Field(min_length=1)
+    streams: list[Stream] = Field(min_length=1)
+    router: RouterConfig = Field(default_factory=RouterConfig)
+    policies: list[Policy] = Field(default_factory=lambda: list(ALL_POLICIES))
+    scaling: list[Scaling] = Field(default_factory=lambda: list(ALL_SCALING))
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _pools_fit(self) -> Scenario:
+        for pool in self.pools:
+            if pool.pool_replicas < 1:
+                raise ValueError(f"pool {pool.name!r}: {pool.gpus} GPUs hold no replica")
+        return self
+
+    @property
+    def gpus(self) -> int:
+        return sum(p.gpus for p in self.pools)
+
+
+class RunResult(BaseModel):
+    policy: Policy
+    scaling: Scaling
+    gpu_hours: float
+    gpu_hours_by_variant: dict[str, float]
+    peak_replicas: dict[str, int]
+    wall_s: float = Field(description="Seconds this run took to simulate.")
+    summary: Summary
+
+
+def simulate(scenario: Scenario, policy: Policy, scaling: Scaling) -> tuple[SimResult, RunResult]:
+    """One run of the scenario's traffic under ``policy`` and ``scaling``."""
+    started = time.perf_counter()
+    router = scenario.router.model_copy(update={"policy": policy})
+    sim = Simulation([p.sim_variant(scaling) for p in scenario.pools], router, seed=scenario.seed)
+    result = sim.run(sim_requests(scenario.streams, scenario.duration_s, router), horizon_s=scenario.duration_s)
+    peaks: dict[str, int] = {}
+    for sample in result.replica_samples:
+        peaks[sample.variant] = max(peaks.get(sample.variant, 0), sample.replicas)
+    run = RunResult(
+        policy=policy,
+        scaling=scaling,
+        gpu_hours=result.gpu_hours,
+        gpu_hours_by_variant={name: s / 3600.0 for name, s in result.gpu_seconds.items()},
+        peak_replicas=peaks,
+        wall_s=time.perf_counter() - started,
+        summary=summarize(result.records),
+    )
+    return result, run
+
+
+def _run_one(scenario: Scenario, policy: Policy, scaling: Scaling, out: Path | None) -> RunResult:
+    result, run = simulate(scenario, policy, scaling)
+    if out is not None:
+        from sim.output import write_run  # matplotlib: only when plots are asked for
+
+        write_run(out / f"{policy}-{scaling}", result, command=f"python -m sim ({scenario.name})")
+    return run
+
+
+def run_matrix(scenario: Scenario, *, workers: int | None = None, out: Path | None = None) -> list[RunResult]:
+    """Every (policy, scaling) run of the scenario, in parallel processes; in the scenario's order."""
+    pairs = [(p, s) for s in scenario.scaling for p in scenario.policies]
+    workers = workers or min(len(pairs), os.cpu_count() or 1)
+    if workers <= 1:
+        return [_run_one(scenario, p, s, out) for p, s in pairs]
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        futures = [pool.submit(_run_one, scenario, p, s, out) for p, s in pairs]
+        return [f.result() for f in futures]
+
+
+def table(runs: list[RunResult]) -> str:
+    """A markdown table of the runs: SLO attainment, goodput and GPU-hours first."""
+    lines = [
+        "| policy | scaling | requests | failed | SLO attainment | goodput (req/s) | GPU-hours | "
+        "TTFT p50 / p99 (ms) | TPOT p50 (ms) | peak replicas |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in runs:
+        s = r.summary
+        peaks = ", ".join(f"{name} {n}" for name, n in sorted(r.peak_replicas.items()))
+        lines.append(
+            f"| {r.policy} | {r.scaling} | {s.requests} | {s.failed} | {s.slo_attainment:.1%} | "
+            f"{s.goodput:.2f} | {r.gpu_hours:.1f} | {s.ttft_ms.p50 or 0:.0f} / {s.ttft_ms.p99 or 0:.0f} | "
+            f"{s.tpot_ms.p50 or 0:.1f} | {peaks} |"
+        )
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------- the built-in one
+
+SPIKE_START_S = 1800.0
+SPIKE_DURATION_S = 600.0
+SPIKE_FACTOR = 5.0
+
+
+def _stream(name: str, rate: float, seed: int, workload: WorkloadConfig) -> Stream:
+    arrivals = SpikeArrivals(
+        base_rate=rate, spike_rate=rate * SPIKE_FACTOR, start_s=SPIKE_START_S, duration_s=SPIKE_DURATION_S
+    )
+    return Stream(name=name, arrivals=arrivals, workload=workload.model_copy(update={"seed": seed}))
+
+
+def builtin_scenario(duration_s: float = 3600.0, rate_scale: float = 1.0) -> Scenario:
+    """64 H200s: 32 for INT4 8B replicas (1 GPU), 32 for FP8 70B TP4 replicas (8 of 4 GPUs); an hour of
+    chat (interactive), RAG (standard) and batch (sheddable) traffic, 5x for ten minutes at half time.
+
+    Tier targets match the router's default tiers, so the run is scored against what the router aims at.
+    """
+    router = RouterConfig()
+    tiers = [
+        SloTier(name=name, weight=1.0, ttft_ms=tier.ttft_ms, tpot_ms=tier.tpot_ms)
+        for name, tier in router.tiers.items()
+    ]
+
+    def only(name: str) -> list[SloTier]:
+        return [t for t in tiers if t.name == name]
+
+    chat = WorkloadConfig(
+        input_len=NormalLength(mean=800, std=400, low=32, high=4000),
+        output_len=NormalLength(mean=250, std=100, low=16, high=1000),
+        tiers=[t.model_copy(update={"weight": 3.0 if t.name == "interactive" else 1.0}) for t in tiers[:2]],
+    )
+    rag = WorkloadConfig(
+        input_len=NormalLength(mean=4000, std=1500, low=500, high=16000),
+        output_len=NormalLength(mean=300, std=100, low=32, high=1000),
+        tiers=only("standard"),
+    )
+    batch = WorkloadConfig(
+        input_len=NormalLength(mean=2000, std=1000, low=100, high=8000),
+        output_len=NormalLength(mean=800, std=300, low=64, high=2000),
+        tiers=only("batch"),
+    )
+    pools = [
+        PoolSpec(
+            name="llama-8b-int4",
+            profile="llama-8b-int4-h200",
+            gpus=32,
+            quality=0.6,
+            cost_per_1k_tokens=0.02,
+            max_ongoing_requests=128,
+            autoscaling=AutoscalingSpec(
+                min_replicas=4, max_replicas=32, target_ongoing_requests=48, upscale_delay_s=30, downscale_delay_s=300
+            ),
+        ),
+        PoolSpec(
+            name="llama-70b-fp8",
+            profile="llama-70b-fp8-tp4-h200",
+            gpus=32,
+            quality=0.9,
+            cost_per_1k_tokens=0.15,
+            max_ongoing_requests=96,
+            autoscaling=AutoscalingSpec(
+                min_replicas=2, max_replicas=8, target_ongoing_requests=32, upscale_delay_s=60, downscale_delay_s=300
+            ),
+        ),
+    ]
+    return Scenario(
+        name="builtin: 64x H200, 8B INT4 + 70B FP8 TP4, 1 h mixed traffic with a 5x spike",
+        duration_s=duration_s,
+        pools=pools,
+        streams=[
+            _stream("chat", 6.0 * rate_scale, 1, chat),
+            _stream("rag", 4.0 * rate_scale, 2, rag),
+            _stream("batch", 2.0 * rate_scale, 3, batch),
+        ],
+        router=router,
+    )

@@ -1,0 +1,333 @@
+"""The discrete-event loop: requests arrive, the project's router picks a variant, simulated replicas serve
+them, and the project's autoscaling policy resizes each variant on Serve's cadence.
+
+What runs is production code wherever production has code for it: ``router.route`` decides every
+request from :class:`~router.VariantView` s filled as ``serve_app.routing.RoutingTable.views`` fills them
+(a stats snapshot refreshed every ``REFRESH_PERIOD_S``, plus the ingress's exact in-flight counts), each
+variant's :class:`~router.LatencyModel` learns from finished requests as ``RoutingTable.close`` teaches it,
+and scaling goes through :mod:`sim.autoscaler`. Only the engines are models (:mod:`sim.replica`).
+
+One heap of ``(time, order, kind, target, version)`` events; a replica's iteration end is rescheduled by
+pushing a new event with a new version (stale ones are skipped), so nothing is ever removed from the heap.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from bench.records import RequestRecord, slo_met, time_per_output_token
+from bench.replicas import ReplicaSample
+from router import LatencyModel, LatencyProfile, RouterConfig, RouterState, VariantView, route
+from serve_app.config import AutoscalingSpec
+from serve_app.routing import REFRESH_PERIOD_S
+from sim.autoscaler import Policy, SimAutoscaler
+from sim.deployment import SimDeployment
+from sim.profile import EngineProfile
+from sim.replica import SimReplica
+from sim.request import SimRequest
+
+_STEP, _READY, _ARRIVAL, _RECORD, _TICK = range(5)
+
+
+@dataclass(frozen=True)
+class SimVariant:
+    """One variant as the simulation runs it: the router's facts, its engine model and its replicas."""
+
+    name: str
+    profile: EngineProfile
+    quality: float = 1.0
+    cost_per_1k_tokens: float = 0.0
+    max_ongoing_requests: int = 64
+    num_replicas: int = 1  # fixed size; with autoscaling, the replicas ready at the start
+    autoscaling: AutoscalingSpec | None = None
+    latency_profile: LatencyProfile | None = None  # the router's seed (None: the router's defaults)
+    policy: Policy | None = None  # overrides the scaling policy named in ``autoscaling``
+
+
+@dataclass
+class SimResult:
+    records: list[RequestRecord]
+    replica_samples: list[ReplicaSample]
+    gpu_seconds: dict[str, float]
+    end_s: float
+
+    @property
+    def gpu_hours(self) -> float:
+        return sum(self.gpu_seconds.values()) / 3600.0
+
+
+class Simulation:
+    def __init__(
+        self,
+        variants: Iterable[SimVariant],
+        router: RouterConfig,
+        *,
+        seed: int = 0,
+        tick_s: float = 1.0,
+        record_interval_s: float = 1.0,
+        snapshot_period_s: float = REFRESH_PERIOD_S,
+    ) -> None:
+        self.variants = {v.name: v for v in variants}
+        self.router = router
+        self.tick_s = tick_s
+        self.record_interval_s = record_interval_s
+        self.snapshot_period_s = snapshot_period_s
+        self.deployments = {
+            v.name: SimDeployment(v.name, v.profile, v.max_ongoing_requests, seed) for v in self.variants.values()
+        }
+        self.autoscalers = {
+            v.name: SimAutoscaler(v.autoscaling, v.policy) for v in self.variants.values() if v.autoscaling
+        }
+        self.models = {v.name: LatencyModel(v.latency_profile) for v in self.variants.values()}
+        self.state = RouterState()
+        self._inflight = {name: [0, 0] for name in self.variants}  # requests, prompt tokens
+        self._heap: list[tuple[float, int, int, Any, int]] = []
+        self._order = itertools.count()
+        self._snapshot: dict[str, VariantView] = {}
+        self._snapshot_s = -float("inf")
+        self._samples: list[ReplicaSample] = []
+
+    # ------------------------------------------------------------------ the loop
+
+    def run(self, requests: Iterable[SimRequest], horizon_s: float | None = None) -> SimResult:
+        """Runs until every request has finished (or been rejected); ``horizon_s`` bounds GPU time at
+        least to that long (a run's GPU-hours cover the whole traffic window even when it ends idle)."""
+        arrivals = iter(requests)
+        handled: list[SimRequest] = []
+        for variant in self.variants.values():
+            for _ in range(variant.num_replicas):
+                replica = self.deployments[variant.name].add_replica(0.0)
+                self.deployments[variant.name].mark_ready(replica)  # deployed before the traffic starts
+            self._sample_replicas(0.0)
+        self._push_next_arrival(arrivals)
+        if self.autoscalers:
+            self._push(0.0, _RECORD, None)
+            self._push(self.tick_s, _TICK, None)
+        open_requests = 0
+        more_arrivals = bool(self._heap)
+        now = 0.0
+        heap = self._heap
+        while heap:
+            now, _, kind, target, version = heapq.heappop(heap)
+            if kind == _STEP:
+                if version == target.version:
+                    open_requests -= self._step_end(target, now)
+            elif kind == _ARRIVAL:
+                handled.append(target)
+                if self._arrive(target, now):
+                    open_requests += 1
+                more_arrivals = self._push_next_arrival(arrivals)
+            elif kind == _READY:
+                self._ready(target, now)
+            elif not more_arrivals and open_requests == 0:
+                continue  # traffic over and served: let the control loop stop
+            elif kind == _RECORD:
+                for name, scaler in self.autoscalers.items():
+                    scaler.record(self.deployments[name], now)
+                self._push(now + self.record_interval_s, _RECORD, None)
+            else:
+                self._tick(now)
+                self._push(now + self.tick_s, _TICK, None)
+        end_s = max(now, horizon_s or 0.0)
+        return SimResult(
+            records=[_record(r, self.variants) for r in handled],
+            replica_samples=self._samples,
+            gpu_seconds={name: d.gpu_seconds(end_s) for name, d in self.deployments.items()},
+            end_s=end_s,
+        )
+
+    def _push(self, t: float, kind: int, target: Any, version: int = 0) -> None:
+        heapq.heappush(self._heap, (t, next(self._order), kind, target, version))
+
+    def _push_next_arrival(self, arrivals: Iterator[SimRequest]) -> bool:
+        request = next(arrivals, None)
+        if request is None:
+            return False
+        self._push(request.arrival_s, _ARRIVAL, request)
+        return True
+
+    def _schedule(self, replica: SimReplica, end: float | None) -> None:
+        if end is not None:
+            self._push(end, _STEP, replica, replica.version)
+
+    # ------------------------------------------------------------------ requests
+
+    def _arrive(self, request: SimRequest, now: float) -> bool:
+        """Routes and dispatches one request; False when the router rejected it."""
+        decision = route(request.features, self._views(now), self.router, self.state)
+        if decision.variant is None:
+            request.reject_status = decision.reject_status
+            request.reject_reason = str(decision.reason)
+            request.end_s = now
+            return False
+        name = decision.variant
+        request.variant = name
+        request.prediction = decision.predictions.get(name)
+        inflight = self._inflight[name]
+        inflight[0] += 1
+        inflight[1] += request.prompt_tokens
+        sent = self.deployments[name].dispatch(request, now)
+        if sent is not None:
+            self._schedule(*sent)
+        return True
+
+    def _step_end(self, replica: SimReplica, now: float) -> int:
+        finished, end = replica.step_end(now)
+        self._schedule(replica, end)
+        if not finished:
+            return 0
+        deployment = self.deployments[replica.replica_id.rpartition("#")[0]]
+        for request in finished:
+            self._close(request)
+        for target, new_end in deployment.drain_handle_queue(now):
+            self._schedule(target, new_end)
+        deployment.release_if_drained(replica, now)
+        return len(finished)
+
+    def _close(self, request: SimRequest) -> None:
+        """The ingress's ``RoutingTable.close``: in-flight counts down, the latency model learns."""
+        name = request.variant
+        assert name is not None and request.first_token_s is not None and request.end_s is not None
+        inflight = self._inflight[name]
+        inflight[0] -= 1
+        inflight[1] -= request.prompt_tokens
+        prediction = request.prediction
+        if prediction is None:
+            return
+        overhead_ms = self.variants[name].profile.overhead_ms
+        ttft_ms = 1e3 * (request.first_token_s - request.arrival_s) + overhead_ms
+        tpot_ms = None
+        if request.max_tokens > 1:
+            tpot_ms = 1e3 * (request.end_s - request.first_token_s) / (request.max_tokens - 1)
+        self.models[name].observe(
+            request.prompt_tokens,
+            ttft_ms,
+            tpot_ms,
+            prediction.batch_size,
+            prediction.queued_tokens_ahead,
+            waiting_for_slot=prediction.waiting_for_slot,
+        )
+
+    def _views(self, now: float) -> list[VariantView]:
+        """The router's views: a periodic stats snapshot with the ingress's live in-flight counts."""
+        if now - self._snapshot_s >= self.snapshot_period_s:
+            self._snapshot_s = now
+            self._snapshot = {name: self._snapshot_view(name) for name in self.variants}
+        views = []
+        for name, view in self._snapshot.items():
+            requests, tokens = self._inflight[name]
+            views.append(
+                VariantView(
+                    name=name,
+                    context_length=view.context_length,
+                    quality=view.quality,
+                    cost_per_1k_tokens=view.cost_per_1k_tokens,
+                    ready_replicas=view.ready_replicas,
+                    max_running_requests=view.max_running_requests,
+                    latency=view.latency,
+                    starting_replicas=view.starting_replicas,
+                    queued_requests=view.queued_requests,
+                    running_requests=view.running_requests,
+                    queued_prompt_tokens=view.queued_prompt_tokens,
+                    kv_used_fraction=view.kv_used_fraction,
+                    inflight=requests,
+                    inflight_prompt_tokens=tokens,
+                )
+            )
+        return views
+
+    def _snapshot_view(self, name: str) -> VariantView:
+        variant = self.variants[name]
+        deployment = self.deployments[name]
+        ready = deployment.ready
+        return VariantView(
+            name=name,
+            context_length=variant.profile.context_length,
+            quality=variant.quality,
+            cost_per_1k_tokens=variant.cost_per_1k_tokens,
+            ready_replicas=len(ready),
+            max_running_requests=variant.profile.max_running_requests,
+            latency=self.models[name],
+            starting_replicas=deployment.starting,
+            queued_requests=sum(r.queued for r in ready),
+            running_requests=sum(r.running for r in ready),
+            queued_prompt_tokens=sum(r.queued_prompt_tokens for r in ready),
+            kv_used_fraction=max((r.kv_used_fraction for r in ready), default=0.0),
+        )
+
+    # ------------------------------------------------------------------ replicas
+
+    def _ready(self, replica: SimReplica, now: float) -> None:
+        deployment = self.deployments[replica.replica_id.rpartition("#")[0]]
+        if deployment.mark_ready(replica):
+            for target, end in deployment.drain_handle_queue(now):
+                self._schedule(target, end)
+            self._sample_replicas(now)
+
+    def _tick(self, now: float) -> None:
+        for name, scaler in self.autoscalers.items():
+            deployment = self.deployments[name]
+            target = scaler.decide(deployment, now)
+            current = deployment.target
+            if target > current:
+                for _ in range(target - current):
+                    replica = deployment.add_replica(now)
+                    self._push(replica.ready_s, _READY, replica)
+            elif target < current:
+                deployment.remove_replicas(current - target, now)
+                self._sample_replicas(now)
+
+    def _sample_replicas(self, now: float) -> None:
+        for name, deployment in self.deployments.items():
+            self._samples.append(ReplicaSample(t_s=now, variant=name, replicas=len(deployment.ready)))
+
+
+def _record(request: SimRequest, variants: dict[str, SimVariant]) -> RequestRecord:
+    """The request as the bench's client would have recorded it."""
+    slo = request.slo
+    record = RequestRecord(
+        request_id=f"sim-{request.index}",
+        index=request.index,
+        start_time=request.arrival_s,
+        start_s=request.arrival_s,
+        arrival_s=request.arrival_s,
+        prompt_tokens=request.prompt_tokens,
+        max_tokens=request.max_tokens,
+        slo_tier=slo.tier,
+        slo_ttft_ms=slo.ttft_ms,
+        slo_tpot_ms=slo.tpot_ms,
+        variant=request.variant,
+    )
+    if request.reject_status is not None:
+        record.status = request.reject_status
+        record.error_type = _ERROR_TYPES.get(request.reject_status, f"http_{request.reject_status}")
+        record.error_message = request.reject_reason
+        record.e2e_s = 0.0
+        return record
+    if request.first_token_s is None or request.end_s is None or request.variant is None:
+        # Never served: it waited at a variant that never got a replica. The client would time out.
+        record.error_type = "timeout"
+        record.error_message = "no replica served the request before the simulation ended"
+        return record
+    overhead_s = variants[request.variant].profile.overhead_ms / 1e3
+    record.status = 200
+    record.output_tokens = request.max_tokens
+    record.chunks = request.max_tokens
+    record.ttft_s = request.first_token_s - request.arrival_s + overhead_s
+    record.e2e_s = request.end_s - request.arrival_s + overhead_s
+    record.tpot_s = time_per_output_token(record.e2e_s, record.ttft_s, record.output_tokens)
+    record.slo_met = slo_met(record)
+    return record
+
+
+# The OpenAI error types serve_app/errors.py answers the router's rejections with.
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    404: "invalid_request_error",
+    429: "rate_limit_error",
+    503: "server_error",
+}

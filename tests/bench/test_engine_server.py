@@ -1,0 +1,47 @@
+import json
+
+from bench import engine_server
+from bench.engine_server import EngineServerSettings, generation_config_json, serve_command
+from bench.workload import RequestSpec, Slo
+from engines.protocol import SamplingParams
+
+SETTINGS = EngineServerSettings(
+    model_dir="/models/m", device="cpu", dtype="float32", page_size=16, num_blocks=64, max_batch_tokens=256, port=1234
+)
+
+
+def test_command_pins_the_model_and_the_engine_settings():
+    command = serve_command(SETTINGS)
+    assert command[:3] == ["transformers", "serve", "--continuous-batching"]
+    assert command[-1] == "/models/m"
+    flags = dict(zip(command[3:-1:2], command[4:-1:2], strict=True))
+    assert flags["--device"] == "cpu"
+    assert flags["--dtype"] == "float32"
+    assert flags["--port"] == "1234"
+    assert flags["--cb-block-size"] == "16"
+    assert flags["--cb-num-blocks"] == "64"
+    assert flags["--cb-max-batch-tokens"] == "256"
+
+
+def test_unset_cache_settings_are_left_to_transformers():
+    command = serve_command(SETTINGS.model_copy(update={"num_blocks": None, "max_batch_tokens": None}))
+    assert "--cb-num-blocks" not in command
+    assert "--cb-max-batch-tokens" not in command
+
+
+def test_requests_carry_no_unknown_fields_and_no_eos():
+    target = engine_server.target("http://127.0.0.1:1234", SETTINGS, SamplingParams(temperature=0.5, top_k=0))
+    body = target.body(RequestSpec(0, None, "some text", 2, 7, Slo()))
+    assert "ignore_eos" not in body  # transformers serve answers 422 to fields it does not know
+    assert body["model"] == "/models/m"  # the pinned directory, or it refuses the request
+    assert body["prompt"] == "some text"
+    config = json.loads(body["generation_config"])
+    assert config["eos_token_id"] == -1  # outputs run to max_tokens
+    assert config["temperature"] == 0.5
+    assert config["top_k"] is None  # OpenAI's "no top-k" (0) is transformers' None
+    assert json.loads(generation_config_json(SamplingParams(top_k=5)))["top_k"] == 5
+
+
+def test_reason_names_what_is_missing(monkeypatch):
+    monkeypatch.setattr(engine_server.shutil, "which", lambda name: None)
+    assert "not on PATH" in (engine_server.unavailable_reason() or "")

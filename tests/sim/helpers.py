@@ -1,0 +1,40 @@
+"""Small engine profiles and requests for the simulator's tests: round numbers, so expectations are exact."""
+
+from __future__ import annotations
+
+from bench.workload import Slo
+from router import SLO, RequestFeatures
+from sim.profile import EngineProfile
+from sim.request import SimRequest
+
+
+def profile(**overrides) -> EngineProfile:
+    # 10 ms a decode step (+1 ms per extra sequence), 10 000 prompt tokens/s (0.1 ms a token).
+    values = {
+        "step_ms_at_batch_1": 10.0,
+        "step_ms_per_extra_seq": 1.0,
+        "prefill_tokens_per_s": 10_000.0,
+        "max_num_tokens": 1000,
+        "max_running_requests": 8,
+        "kv_cache_tokens": 100_000,
+        "context_length": 8192,
+        "startup_s": 5.0,
+        "overhead_ms": 0.0,
+    }
+    return EngineProfile(**{**values, **overrides})
+
+
+def request(
+    index: int = 0, arrival_s: float = 0.0, prompt: int = 100, out: int = 10, slo: Slo | None = None
+) -> SimRequest:
+    slo = slo or Slo()
+    return SimRequest(
+        index=index,
+        arrival_s=arrival_s,
+        prompt_tokens=prompt,
+        max_tokens=out,
+        slo=slo,
+        features=RequestFeatures(
+            prompt_tokens=prompt, max_tokens=out, slo=SLO(ttft_ms=slo.ttft_ms, tpot_ms=slo.tpot_ms)
+        ),
+    )

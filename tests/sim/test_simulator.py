@@ -1,0 +1,140 @@
+"""The event loop driving the real router and autoscaler over simulated replicas: small seeded scenarios."""
+
+from __future__ import annotations
+
+from bench.arrivals import ConstantArrivals, PoissonArrivals, SpikeArrivals
+from bench.records import RequestRecord
+from bench.summary import Summary, summarize
+from bench.workload import FixedLength, SloTier, WorkloadConfig
+from router import RouterConfig, SLOTier
+from serve_app.config import AutoscalingSpec
+from sim.simulator import Simulation, SimVariant
+from sim.workload import Stream, sim_requests
+from tests.sim.helpers import profile
+
+ROUTER = RouterConfig(
+    tiers={"fast": SLOTier(ttft_ms=200.0, tpot_ms=30.0)},
+    default_tier="fast",
+    queue_bound_per_replica=1000,
+    sheddable_queue_bound_per_replica=1000,
+)
+
+
+def variant(name: str, **fields) -> SimVariant:
+    p = fields.pop("profile", profile())
+    return SimVariant(name=name, profile=p, latency_profile=p.latency_profile(16), **fields)
+
+
+def stream(rate: float, *, prompt: int = 200, out: int = 16, duration_tiers=True, arrivals=None) -> Stream:
+    tiers = [SloTier(name="fast", ttft_ms=200.0, tpot_ms=30.0)] if duration_tiers else []
+    return Stream(
+        name="test",
+        arrivals=arrivals or PoissonArrivals(rate=rate),
+        workload=WorkloadConfig(input_len=FixedLength(value=prompt), output_len=FixedLength(value=out), tiers=tiers),
+    )
+
+
+def run(variants, router: RouterConfig, streams, duration_s: float):
+    sim = Simulation(variants, router, seed=7)
+    return sim, sim.run(sim_requests(streams, duration_s, router), horizon_s=duration_s)
+
+
+def test_round_robin_splits_requests_evenly():
+    router = ROUTER.model_copy(update={"policy": "round_robin"})
+    _, result = run([variant("a"), variant("b"), variant("c")], router, [stream(30.0)], 20.0)
+
+    counts = summarize(result.records).by_variant
+    sizes = [g.requests for g in counts.values()]
+    assert len(sizes) == 3 and max(sizes) - min(sizes) <= 1
+
+
+def test_every_request_is_recorded_as_the_bench_records_it():
+    _, result = run([variant("a")], ROUTER, [stream(5.0)], 10.0)
+
+    assert result.records and all(isinstance(r, RequestRecord) for r in result.records)
+    ok = [r for r in result.records if r.ok]
+    assert ok and all(r.status == 200 and r.variant == "a" and r.output_tokens == 16 for r in ok)
+    assert all(r.ttft_s is not None and r.e2e_s is not None and r.ttft_s <= r.e2e_s for r in ok)
+    summary = summarize(result.records)
+    assert isinstance(summary, Summary)
+    assert set(Summary.model_fields) <= set(summary.model_dump())
+    assert summary.by_tier["fast"].requests == summary.requests
+
+
+def test_ttft_grows_with_the_offered_load_on_one_replica():
+    one_slot = profile(max_running_requests=2)
+
+    def p50(rate: float) -> float:
+        _, result = run([variant("a", profile=one_slot)], ROUTER, [stream(rate)], 30.0)
+        value = summarize(result.records).ttft_ms.p50
+        assert value is not None
+        return value
+
+    assert p50(2.0) < p50(20.0) < p50(40.0)
+
+
+def test_the_slo_policy_beats_always_largest_when_the_large_variant_is_overloaded():
+    # "big" is the better model but has one slow replica; "small" has four fast ones. The traffic is
+    # far beyond what "big" can serve within the SLO, well within what both together can.
+    big = profile(step_ms_at_batch_1=20.0, max_running_requests=4)
+    variants = [variant("big", profile=big, quality=0.9), variant("small", num_replicas=4, quality=0.5)]
+    scores = {}
+    for policy in ("slo", "largest"):
+        _, result = run(variants, ROUTER.model_copy(update={"policy": policy}), [stream(40.0)], 30.0)
+        scores[policy] = summarize(result.records).slo_attainment
+
+    assert scores["slo"] > 0.9 > scores["largest"]
+
+
+def test_the_engine_load_autoscaler_adds_replicas_during_a_spike_and_removes_them_after():
+    spec = AutoscalingSpec(
+        min_replicas=1,
+        max_replicas=6,
+        upscale_delay_s=5,
+        downscale_delay_s=30,
+        look_back_period_s=5,
+        metrics_interval_s=1,
+    )
+    v = variant("a", profile=profile(max_running_requests=8, startup_s=5.0), autoscaling=spec)
+    spike = SpikeArrivals(base_rate=2.0, spike_rate=60.0, start_s=30.0, duration_s=60.0)
+    _, result = run([v], ROUTER, [stream(0.0, arrivals=spike)], 200.0)
+
+    counts = [(s.t_s, s.replicas) for s in result.replica_samples if s.variant == "a"]
+    before = max(n for t, n in counts if t < 30.0)
+    during = max(n for t, n in counts if 30.0 <= t <= 100.0)
+    final = counts[-1][1]
+    assert before == 1
+    assert during >= 3
+    assert final < during
+    assert result.gpu_seconds["a"] < 6 * 200.0
+
+
+def test_serves_default_autoscaler_also_scales_but_on_request_counts():
+    spec = AutoscalingSpec(
+        min_replicas=1,
+        max_replicas=6,
+        policy="ongoing_requests",
+        target_ongoing_requests=4,
+        upscale_delay_s=5,
+        look_back_period_s=5,
+        metrics_interval_s=1,
+    )
+    v = variant("a", autoscaling=spec)
+    _, result = run([v], ROUTER, [stream(0.0, arrivals=ConstantArrivals(rate=40.0))], 60.0)
+
+    assert max(s.replicas for s in result.replica_samples) > 1
+
+
+def test_a_variant_without_replicas_is_rejected_as_unavailable():
+    router = ROUTER.model_copy(update={"wait_for_starting_replicas": False})
+    _, result = run([variant("a", num_replicas=0)], router, [stream(2.0)], 5.0)
+
+    assert result.records and all(r.status == 503 for r in result.records)
+
+
+def test_the_same_seed_gives_the_same_run():
+    def outcome():
+        _, result = run([variant("a"), variant("b")], ROUTER, [stream(20.0)], 10.0)
+        return [(r.variant, r.ttft_s, r.e2e_s) for r in result.records]
+
+    assert outcome() == outcome()
