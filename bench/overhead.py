@@ -50,7 +50,7 @@ from bench.records import write_jsonl
 from bench.report import machine_info
 from bench.summary import summarize
 from bench.workload import RequestSpec
-from engines.config import HFEngineConfig
+from engines.config import CoalesceConfig, HFEngineConfig
 from engines.protocol import SamplingParams
 
 NAME = "overhead"
@@ -82,6 +82,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads of every engine (default: all)")
     p.add_argument(
         "--max-running-requests", type=int, default=None, help="engine batch size (default: the top concurrency)"
+    )
+    p.add_argument(
+        "--coalesce-ms",
+        type=float,
+        default=None,
+        help="the stack's coalescing interval (default: the engine config's); the naive app always uses 0",
     )
     p.add_argument("--quick", action="store_true", help="small and fast: builtin:tiny, fewer, shorter requests")
     p.add_argument("--json", type=Path, default=None, help="write the summary JSON here")
@@ -200,6 +206,13 @@ class _Run:
             context_length=_context_length(self.model_dir),
         )
 
+    @property
+    def stack_engine(self) -> HFEngineConfig:
+        """The stack's variant: the same engine, with --coalesce-ms when given."""
+        if self.args.coalesce_ms is None:
+            return self.engine
+        return self.engine.model_copy(update={"coalesce": CoalesceConfig(interval_ms=self.args.coalesce_ms)})
+
     def specs(self, concurrency: int, *, as_text: bool) -> list[RequestSpec]:
         return request_specs(self.pairs[: self.requests[concurrency]], self.max_tokens, as_text=as_text)
 
@@ -313,7 +326,10 @@ class _Run:
             "naive_serve": lambda: build_naive_app(self.engine, engine_actor_options=engine_actor_options(self.device)),
             "stack": lambda: build_app(
                 stack_app_args(
-                    self.engine, device=self.device, max_tokens=self.max_tokens, max_concurrency=max(self.concurrency)
+                    self.stack_engine,
+                    device=self.device,
+                    max_tokens=self.max_tokens,
+                    max_concurrency=max(self.concurrency),
                 )
             ),
         }
@@ -406,6 +422,8 @@ def _notes(run: _Run) -> list[str]:
         "transformers serve shares one sampling config across its batch (no per-request processors); "
         "the hf engine applies per-request temperature/top-p/top-k processors. Same sampling values.",
         "The naive app sets max_ongoing_requests high; Serve's default (5) would queue streams instead.",
+        f"The stack coalesces tokens every {run.stack_engine.coalesce.interval_ms:g} ms after the first; the "
+        "naive app sends every engine step (one token) on its own.",
     ]
     if run.device == "cpu":
         notes.append(

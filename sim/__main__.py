@@ -20,7 +20,7 @@ from bench.records import read_jsonl
 from sim.calibrate import calibrate, render
 from sim.profile import EngineProfile
 from sim.profiles import BUILTIN_PROFILES
-from sim.scenario import ALL_POLICIES, ALL_SCALING, builtin_scenario, run_matrix, table
+from sim.scenario import ALL_POLICIES, ALL_SCALING, DEFAULT_SCALING, builtin_scenario, run_matrix, table
 
 COMMANDS = ("run", "calibrate")
 
@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--duration-s", type=float, default=3600.0)
     run.add_argument("--rate-scale", type=float, default=1.0, help="multiply every stream's rate")
     run.add_argument("--policies", nargs="+", choices=ALL_POLICIES, default=list(ALL_POLICIES))
-    run.add_argument("--scaling", nargs="+", choices=ALL_SCALING, default=list(ALL_SCALING))
+    run.add_argument("--scaling", nargs="+", choices=ALL_SCALING, default=list(DEFAULT_SCALING))
     run.add_argument("--workers", type=int, default=None, help="processes (default: one per CPU)")
 
     cal = sub.add_parser("calibrate", help="replay a bench run's records; simulated vs measured percentiles")
@@ -63,7 +63,8 @@ def _run(args: argparse.Namespace) -> int:
     wall = time.perf_counter() - started
     print(f"# {scenario.name}\n")
     print(table(runs))
-    print(f"\n{len(runs)} runs simulated in {wall:.1f} s wall")
+    cpu = sum(r.cpu_s for r in runs)
+    print(f"\n{len(runs)} runs simulated in {wall:.1f} s wall ({cpu:.1f} CPU-seconds over all runs)")
     if args.json is not None:
         payload = {
             "scenario": scenario.model_dump(mode="json"),

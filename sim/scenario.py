@@ -36,6 +36,8 @@ from sim.workload import Stream, sim_requests
 Scaling = Literal["static", "ongoing_requests", "engine_load"]
 ALL_POLICIES: tuple[Policy, ...] = ("slo", "round_robin", "least_loaded", "length_threshold", "largest")
 ALL_SCALING: tuple[Scaling, ...] = ("static", "ongoing_requests", "engine_load")
+# Without and with the project's autoscaler; Serve's default one is a flag away (--scaling).
+DEFAULT_SCALING: tuple[Scaling, ...] = ("static", "engine_load")
 
 
 class PoolSpec(BaseModel):
@@ -93,7 +95,7 @@ class Scenario(BaseModel):
     streams: list[Stream] = Field(min_length=1)
     router: RouterConfig = Field(default_factory=RouterConfig)
     policies: list[Policy] = Field(default_factory=lambda: list(ALL_POLICIES))
-    scaling: list[Scaling] = Field(default_factory=lambda: list(ALL_SCALING))
+    scaling: list[Scaling] = Field(default_factory=lambda: list(DEFAULT_SCALING))
     seed: int = 0
 
     @model_validator(mode="after")
@@ -115,12 +117,13 @@ class RunResult(BaseModel):
     gpu_hours_by_variant: dict[str, float]
     peak_replicas: dict[str, int]
     wall_s: float = Field(description="Seconds this run took to simulate.")
+    cpu_s: float = Field(description="CPU seconds of the process simulating it (wall_s less contention).")
     summary: Summary
 
 
 def simulate(scenario: Scenario, policy: Policy, scaling: Scaling) -> tuple[SimResult, RunResult]:
     """One run of the scenario's traffic under ``policy`` and ``scaling``."""
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     router = scenario.router.model_copy(update={"policy": policy})
     sim = Simulation([p.sim_variant(scaling) for p in scenario.pools], router, seed=scenario.seed)
     result = sim.run(sim_requests(scenario.streams, scenario.duration_s, router), horizon_s=scenario.duration_s)
@@ -134,6 +137,7 @@ def simulate(scenario: Scenario, policy: Policy, scaling: Scaling) -> tuple[SimR
         gpu_hours_by_variant={name: s / 3600.0 for name, s in result.gpu_seconds.items()},
         peak_replicas=peaks,
         wall_s=time.perf_counter() - started,
+        cpu_s=time.process_time() - cpu_started,
         summary=summarize(result.records),
     )
     return result, run

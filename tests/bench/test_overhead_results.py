@@ -115,3 +115,16 @@ def test_table_and_report_show_every_path_and_the_skip_reason(tmp_path):
     report = write_report(r, tmp_path)
     assert (tmp_path / "tokens_per_s.png").stat().st_size > 0
     assert "tokens_per_s.png" in report.read_text()
+
+
+def test_cpu_per_token_leaves_out_the_load_generator_and_the_profiler():
+    lv = level(16, 100.0).model_copy(
+        update={"cpu_s": {"variant-engine": 0.4, "Ingress": 0.1, "load_generator": 0.3, "profiler": 0.2}}
+    )
+    assert lv.output_tokens == 100
+    assert lv.cpu_ms_per_token() == pytest.approx(5.0)  # (0.4 + 0.1) s over 100 tokens
+    assert lv.cpu_ms_per_token("Ingress") == pytest.approx(1.0)
+    assert level(1, 10.0).cpu_ms_per_token() is None  # nothing was read
+    r = result(stack=PathResult(description=PATHS["stack"], levels={16: lv}))
+    markdown = render_markdown(r)
+    assert "| stack | 16 | 5.00 | variant-engine 4.00, load_generator 3.00, profiler 2.00, Ingress 1.00 |" in markdown

@@ -1,0 +1,48 @@
+import subprocess
+import sys
+import time
+
+import pytest
+
+from bench.process_cpu import PROFILER, cpu_by_role, cpu_delta, role_of
+
+
+@pytest.mark.parametrize(
+    ("cmdline", "role"),
+    [
+        ("ray::ServeReplica:stack:variant-engine", "variant-engine"),
+        ("ray::ServeReplica:stack:Ingress.handle_request_streaming", "Ingress"),  # renamed while a task runs
+        ("ray::ProxyActor", "proxy"),
+        ("ray::ServeController", "controller"),
+        ("/venv/lib/python3.11/site-packages/ray/core/src/ray/raylet/raylet --raylet_socket_name=x", "ray_system"),
+        ("ray::IDLE", "ray_system"),
+        ("/venv/bin/python3 /venv/bin/transformers serve --continuous-batching /m", "engine_server"),
+        ("py-spy record --pid 12 --format raw", PROFILER),
+        ("/usr/bin/sleep 10", "other"),
+    ],
+)
+def test_roles_from_command_lines(cmdline, role):
+    assert role_of(cmdline) == role
+
+
+def test_counts_this_process_and_its_children():
+    burn = "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass"
+    before = cpu_by_role()
+    child = subprocess.Popen([sys.executable, "-c", burn + "\nimport time; time.sleep(30)"])
+    try:
+        for _ in range(200):  # until the child has burnt its CPU (it then sleeps, still a child)
+            spent = cpu_delta(before, cpu_by_role())
+            if spent.get("other", 0.0) >= 0.3:
+                break
+            time.sleep(0.05)
+        assert spent["other"] >= 0.3
+        assert "bench" in cpu_by_role()
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_delta_drops_roles_that_spent_nothing_and_sorts_the_rest():
+    delta = cpu_delta({"bench": 1.0, "proxy": 2.0}, {"bench": 1.0, "proxy": 2.5, "Ingress": 3.0, "gone": 0.001})
+    assert list(delta) == ["Ingress", "proxy"]
+    assert delta["proxy"] == pytest.approx(0.5)
