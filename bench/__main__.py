@@ -14,7 +14,14 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-SUBCOMMANDS: tuple[str, ...] = ("bench.load", "bench.engine_bench", "bench.overhead", "bench.spike", "bench.routing")
+SUBCOMMANDS: tuple[str, ...] = (
+    "bench.load",
+    "bench.engine_bench",
+    "bench.overhead",
+    "bench.spike",
+    "bench.routing",
+    "bench.soak",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -36,9 +36,9 @@ class ProbePlan(BaseModel):
     short_tokens: int = Field(64, ge=1, description="Prompt length of the short probes.")
     long_tokens: int = Field(ge=2, description="Prompt length of the long probes (must fit the context).")
     output_tokens: int = Field(32, ge=2, description="max_tokens of every probe.")
-    sequential: int = Field(3, ge=1, description="Short probes sent one at a time (and as many long ones, -1).")
+    sequential: int = Field(2, ge=1, description="Short probes sent one at a time (and as many long ones).")
     burst: int = Field(8, ge=2, description="Short probes sent at once.")
-    long_burst: int = Field(3, ge=1, description="Long probes sent at once (their throughput).")
+    long_burst: int = Field(3, ge=0, description="Long probes sent at once, for their throughput (0: none).")
 
 
 class VariantCalibration(BaseModel):
@@ -48,7 +48,7 @@ class VariantCalibration(BaseModel):
     profile: LatencyProfile = Field(description="Seed figures for the router's latency model.")
     short_per_s: float = Field(description="Short requests per second finished by the concurrent burst.")
     long_s: float = Field(description="Mean end-to-end seconds of one long probe on an idle variant.")
-    long_per_s: float = Field(
+    long_per_s: float | None = Field(
         description="Long requests per second finished by the concurrent long burst: long prefills queue "
         "behind each other, so this is below what one long probe alone suggests."
     )
@@ -58,11 +58,11 @@ class VariantCalibration(BaseModel):
     tpot_burst_ms: float
 
 
-def _median(values: Sequence[float | None]) -> float:
+def _present(values: Sequence[float | None]) -> list[float]:
     present = [v for v in values if v is not None]
     if not present:
         raise ValueError("no successful probe measured this figure")
-    return statistics.median(present)
+    return present
 
 
 def fit_profile(
@@ -88,15 +88,17 @@ def fit_profile(
     short_ok = [r for r in short if r.ok]
     long_ok = [r for r in long if r.ok]
     burst_ok = [r for r in burst if r.ok]
-    ttft_short = 1e3 * _median([r.ttft_s for r in short_ok])
-    ttft_long = 1e3 * _median([r.ttft_s for r in long_ok])
+    # The fastest of the one-at-a-time probes: on a shared machine other work only ever slows a probe down,
+    # so the fastest is the least disturbed. The router's models learn the slower reality online.
+    ttft_short = 1e3 * min(_present([r.ttft_s for r in short_ok]))
+    ttft_long = 1e3 * min(_present([r.ttft_s for r in long_ok]))
     n_short = statistics.median(r.prompt_tokens for r in short_ok)
     n_long = statistics.median(r.prompt_tokens for r in long_ok)
     # A noisy machine can make the long prompt look no slower; keep the rate finite and positive.
     ms_per_token = max((ttft_long - ttft_short) / max(n_long - n_short, 1.0), 1e-3)
     base = max(ttft_short - n_short * ms_per_token, 0.0)
-    tpot_1 = 1e3 * _median([r.tpot_s for r in short_ok])
-    tpot_burst = 1e3 * _median([r.tpot_s for r in burst_ok])
+    tpot_1 = 1e3 * min(_present([r.tpot_s for r in short_ok]))
+    tpot_burst = 1e3 * statistics.median(_present([r.tpot_s for r in burst_ok]))
     per_extra = max(tpot_burst - tpot_1, 0.0) / (len(burst) - 1)
     return VariantCalibration(
         variant=variant,
@@ -109,7 +111,7 @@ def fit_profile(
         ),
         short_per_s=len(burst_ok) / burst_wall_s if burst_wall_s > 0 else 0.0,
         long_s=statistics.mean(r.e2e_s or 0.0 for r in long_ok),
-        long_per_s=sum(r.ok for r in long_burst) / long_burst_wall_s if long_burst_wall_s > 0 else 0.0,
+        long_per_s=sum(r.ok for r in long_burst) / long_burst_wall_s if long_burst and long_burst_wall_s > 0 else None,
         ttft_short_ms=ttft_short,
         ttft_long_ms=ttft_long,
         tpot_batch_1_ms=tpot_1,
@@ -177,8 +179,7 @@ async def calibrate_variant(
     # One unmeasured request first: the first one through a fresh path pays for setting it up.
     await send(probe_specs(plan, 1, plan.short_tokens, f"{variant}:warm")[0], "warm")
     short = [await send(s, "short") for s in probe_specs(plan, plan.sequential, plan.short_tokens, "short")]
-    long_count = max(plan.sequential - 1, 1)
-    long = [await send(s, "long") for s in probe_specs(plan, long_count, plan.long_tokens, "long")]
+    long = [await send(s, "long") for s in probe_specs(plan, plan.sequential, plan.long_tokens, "long")]
     burst_start = clock.now()
     burst = await asyncio.gather(*(send(s, "burst") for s in probe_specs(plan, plan.burst, plan.short_tokens, "burst")))
     burst_wall_s = clock.now() - burst_start

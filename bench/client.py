@@ -4,7 +4,9 @@ The request streams (``stream: true``) and asks for a final usage chunk
 (``stream_options.include_usage``), so token counts come from the server when it reports them.
 Every outcome becomes a record, never an exception: an HTTP error keeps its status and the OpenAI
 error's type, an error event inside the stream keeps status 200 and its type, a connection
-failure or the hard per-request timeout has no status.
+failure or the hard per-request timeout has no status. A request whose spec says
+``cancel_after_chunks`` is abandoned after that many text chunks and recorded as ``cancelled``, not
+as an error.
 """
 
 from __future__ import annotations
@@ -192,10 +194,16 @@ async def send_request(
             else:
                 async for event in source.aiter_sse():
                     if event.data.strip() == "[DONE]":
+                        record.done = True
                         break
                     stream.take(json.loads(event.data), clock.now(), target.api)
                     if stream.error_type is not None:
                         break  # the server ends the stream after an error event
+                    if spec.cancel_after_chunks is not None and len(stream.chunk_times) >= spec.cancel_after_chunks:
+                        # Leaving the block closes the half-read response, which drops the connection: the
+                        # server sees a client that went away, which is what a cancellation is.
+                        record.cancelled = True
+                        break
                 record.error_type, record.error_message = stream.error_type, stream.error_message
     except TimeoutError:
         record.error_type = "timeout"

@@ -39,6 +39,8 @@ class RequestRecord:
     variant: str | None = None  # response header x-route-variant: which engine variant served it
     route_reason: str | None = None  # response header x-route-reason: why the router chose it (or refused)
     server_request_id: str | None = None  # response header x-request-id
+    done: bool = False  # the stream ended with data: [DONE]
+    cancelled: bool = False  # the client abandoned the stream on purpose (RequestSpec.cancel_after_chunks)
 
     @property
     def ok(self) -> bool:

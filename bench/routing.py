@@ -48,7 +48,15 @@ from bench.mix import MixConfig, mean_length, mixed_requests, routing_mix
 from bench.records import RequestRecord, write_jsonl
 from bench.report import machine_info
 from bench.routing_plot import sweep_plot
-from bench.routing_results import Bar, SweepPoint, bar, markdown_table, reasons_table, sweep_point
+from bench.routing_results import (
+    Bar,
+    SweepPoint,
+    bar,
+    interference_table,
+    markdown_table,
+    reasons_table,
+    sweep_point,
+)
 from bench.workload import RequestSpec
 from router.config import RouterConfig, SLOTier
 
@@ -66,7 +74,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--config", type=Path, default=Path("serve_config.yaml"), help="the Serve config to deploy")
-    p.add_argument("--quick", action="store_true", help="2 rates x 5 policies x 15 s (about 4-5 minutes)")
+    p.add_argument("--quick", action="store_true", help="2 rates x 5 policies x 10 s (about 4-5 minutes)")
     p.add_argument("--policies", nargs="+", choices=POLICIES, default=list(POLICIES))
     p.add_argument("--rates", nargs="+", type=float, default=None, help="req/s; default: from calibration")
     p.add_argument(
@@ -76,8 +84,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help=f"rates as fractions of the calibrated capacity (default {FULL_FRACTIONS}, quick {QUICK_FRACTIONS})",
     )
-    p.add_argument("--duration-s", type=float, default=None, help="seconds of arrivals per point (60, quick 15)")
-    p.add_argument("--request-timeout-s", type=float, default=None, help="hard limit per request (30, quick 15)")
+    p.add_argument("--duration-s", type=float, default=None, help="seconds of arrivals per point (60, quick 10)")
+    p.add_argument("--request-timeout-s", type=float, default=None, help="hard limit per request (30, quick 8)")
     p.add_argument("--interactive-share", type=float, default=0.75, help="share of short interactive requests")
     p.add_argument("--long-tier", default="standard", help="SLO tier of the long prompts")
     p.add_argument(
@@ -150,6 +158,10 @@ class RoutingSweep(BaseModel):
     bar: Bar | None
 
 
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
 def render_report(sweep: RoutingSweep, variants: list[str], tiers: list[str], plot: str) -> str:
     cal = [
         "| variant | base TTFT (ms) | prefill (tok/s) | TPOT batch 1 (ms) | +TPOT per seq (ms) | "
@@ -160,7 +172,7 @@ def render_report(sweep: RoutingSweep, variants: list[str], tiers: list[str], pl
         p = c.profile
         cal.append(
             f"| {c.variant} | {p.base_ttft_ms:.0f} | {p.prefill_tokens_per_s:,.0f} | {p.tpot_ms_at_batch_1:.1f} "
-            f"| {p.tpot_ms_per_extra_seq:.2f} | {c.short_per_s:.1f} | {c.long_s:.2f} | {c.long_per_s:.2f} |"
+            f"| {p.tpot_ms_per_extra_seq:.2f} | {c.short_per_s:.1f} | {c.long_s:.2f} | {_num(c.long_per_s)} |"
         )
     b = sweep.bar
     verdict = (
@@ -195,6 +207,12 @@ def render_report(sweep: RoutingSweep, variants: list[str], tiers: list[str], pl
         "",
         reasons_table(sweep.points),
         "",
+        "## Short requests behind long prompts (met / sent)",
+        "",
+        "A short request is 'behind long' when a long prompt was in flight on the variant it went to.",
+        "",
+        interference_table(sweep.points),
+        "",
         f"![attainment and goodput vs rate]({plot})",
         "",
     ]
@@ -228,10 +246,12 @@ async def send_specs(url: str, t: SweepTarget, specs: Iterable[RequestSpec], loa
     return sorted(result.records, key=lambda r: r.index)
 
 
-async def warm(url: str, t: SweepTarget, count: int = 6) -> None:
-    """A few requests, one at a time, through a fresh ingress: its first requests set up its handles, and
-    the router's models learn from them. Not measured."""
-    specs = mixed_requests(t.mix.model_copy(update={"seed": t.mix.seed + 10_000}), t.tiers, [None] * count)
+async def warm(url: str, t: SweepTarget, count: int = 3) -> None:
+    """A few short requests, one at a time, through a fresh ingress: its first requests set up its handles.
+    Not measured."""
+    shortest = min(t.mix.classes, key=lambda c: mean_length(c.input_len))
+    mix = t.mix.model_copy(update={"classes": [shortest], "seed": t.mix.seed + 10_000})
+    specs = mixed_requests(mix, t.tiers, [None] * count)
     await send_specs(url, t, specs, LoadConfig(concurrency=1, num_requests=count, progress=False))
 
 
@@ -253,9 +273,11 @@ async def calibrate(url: str, contexts: dict[str, int], t: SweepTarget) -> list[
     longest = max(mean_length(c.input_len) for c in classes)
     out = []
     async with httpx.AsyncClient() as client:
+        largest = max(contexts, key=contexts.__getitem__)
         for variant, context in contexts.items():
             # The long probe: the mix's mean long prompt where the context holds it, else most of the context.
-            plan = ProbePlan(long_tokens=int(min(longest, context - 64)))
+            # Only the largest-context variant's long throughput sets the capacity: probe only its.
+            plan = ProbePlan(long_tokens=int(min(longest, context - 64)), long_burst=3 if variant == largest else 0)
             out.append(await calibrate_variant(client, url, variant, plan, mean_output_tokens=mean_output))
     return out
 
@@ -289,8 +311,8 @@ def _log(started: float, text: str) -> None:
 def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # builtin models are generated offline
-    duration_s = args.duration_s or (15.0 if args.quick else 60.0)
-    args.request_timeout_s = args.request_timeout_s or (15.0 if args.quick else 30.0)
+    duration_s = args.duration_s or (10.0 if args.quick else 60.0)
+    args.request_timeout_s = args.request_timeout_s or (8.0 if args.quick else 30.0)
     fractions = args.rate_fractions or list(QUICK_FRACTIONS if args.quick else FULL_FRACTIONS)
     out = args.out or Path("bench/results/routing-quick" if args.quick else "bench/results/routing")
     base_args = app_args_from_file(args.config)
@@ -320,7 +342,7 @@ def run(args: argparse.Namespace) -> int:
             _log(started, f"{c.variant}: {c.model_dump_json()}")
         capacity = mix_capacity(
             max(c.short_per_s for c in calibration),
-            next(c.long_per_s for c in calibration if c.variant == max(contexts, key=contexts.__getitem__)),
+            max(c.long_per_s or 0.0 for c in calibration),
             args.interactive_share,
         )
         rates = args.rates or sweep_rates(capacity, fractions)
@@ -341,10 +363,13 @@ def run(args: argparse.Namespace) -> int:
         )
         _log(started, f"ingresses up: {', '.join(names.values())}")
         qualities = {v["name"]: float(v.get("quality", 1.0)) for v in base_args["variants"]}
-        for policy, name in names.items():
-            url = f"{base_url}/{name}"
-            asyncio.run(warm(url, target))
-            for i, rate in enumerate(rates):
+        for name in names.values():
+            asyncio.run(warm(f"{base_url}/{name}", target))
+        # Rate by rate, every policy in turn: on a shared machine a slow spell then hurts one point of
+        # several policies rather than every point of one.
+        for i, rate in enumerate(rates):
+            for policy, name in names.items():
+                url = f"{base_url}/{name}"
                 records = asyncio.run(drive_point(url, target, rate, duration_s, args.seed + i))
                 write_jsonl(records, out / policy / f"rate-{rate:g}" / "records.jsonl")
                 point = sweep_point(policy, rate, records, long_prompt_tokens=shortest, qualities=qualities)
@@ -355,12 +380,13 @@ def run(args: argparse.Namespace) -> int:
                     f"{policy} @ {rate:.2f} req/s: {s.requests} requests, attainment {s.slo_attainment:.1%}, "
                     f"goodput {s.goodput:.2f}, errors {s.errors_by_status}, reasons {point.reasons}",
                 )
-            serve.delete(name)  # an idle ingress still polls the stats board: leave none to later policies
     finally:
         serve.shutdown()
         ray.shutdown()
 
     tiers = sorted({c.tier for c in mix.classes})
+    order = {policy: i for i, policy in enumerate(args.policies)}
+    points.sort(key=lambda p: (order[p.policy], p.rate))
     sweep = RoutingSweep(
         command=command,
         date=datetime.now(UTC).isoformat(timespec="seconds"),

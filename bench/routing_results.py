@@ -29,6 +29,11 @@ class SweepPoint(BaseModel):
     long_on_variant: dict[str, int] = Field(
         description="Requests longer than long_prompt_tokens per variant that served them."
     )
+    short_behind_long: dict[str, tuple[int, int]] = Field(
+        default_factory=dict,
+        description="Short requests as (sent, met) by '<variant> behind long' (a long prompt was in flight on "
+        "that variant when the short one was sent) or '<variant> clear': what prefill interference costs.",
+    )
     quality_met: float | None = Field(
         description="Mean quality of the variants that served the requests meeting their SLO: what the SLO "
         "policy's 'quality' objective buys (None when none met it)."
@@ -51,6 +56,23 @@ def mean_quality(records: Sequence[RequestRecord], qualities: Mapping[str, float
     return sum(served) / len(served) if served else None
 
 
+def short_behind_long(records: Sequence[RequestRecord], long_prompt_tokens: int) -> dict[str, tuple[int, int]]:
+    """Short requests as (sent, met), keyed by their variant and whether a long request was in flight on it.
+
+    "In flight" is from the records alone: sent before the short one and not yet ended when it was sent.
+    """
+    longs = [r for r in records if r.prompt_tokens > long_prompt_tokens and r.variant is not None]
+    out: dict[str, list[int]] = {}
+    for r in records:
+        if r.prompt_tokens > long_prompt_tokens or r.variant is None:
+            continue
+        behind = any(x.variant == r.variant and x.start_s <= r.start_s < x.end_s for x in longs)
+        counts = out.setdefault(f"{r.variant} {'behind long' if behind else 'clear'}", [0, 0])
+        counts[0] += 1
+        counts[1] += r.slo_met
+    return {key: (n, met) for key, (n, met) in sorted(out.items())}
+
+
 def sweep_point(
     policy: str,
     rate: float,
@@ -66,6 +88,7 @@ def sweep_point(
         variant_share=variant_shares(records),
         reasons=reason_counts(records),
         quality_met=mean_quality(records, qualities),
+        short_behind_long=short_behind_long(records, long_prompt_tokens),
         long_on_variant=dict(
             sorted(Counter(r.variant or NO_VARIANT for r in records if r.prompt_tokens > long_prompt_tokens).items())
         ),
@@ -171,4 +194,17 @@ def reasons_table(points: Sequence[SweepPoint]) -> str:
     ]
     for p in points:
         lines.append(f"| {p.policy} | {p.rate:.2f} | " + " | ".join(str(p.reasons.get(n, 0)) for n in names) + " |")
+    return "\n".join(lines)
+
+
+def interference_table(points: Sequence[SweepPoint]) -> str:
+    """Short requests per (policy, rate): met / sent, by variant and whether a long prompt was ahead on it."""
+    keys = sorted({k for p in points for k in p.short_behind_long})
+    lines = ["| policy | rate | " + " | ".join(keys) + " |", "|---|---:|" + "---:|" * len(keys)]
+    for p in points:
+        cells = []
+        for k in keys:
+            n, met = p.short_behind_long.get(k, (0, 0))
+            cells.append(f"{met}/{n}" if n else "-")
+        lines.append(f"| {p.policy} | {p.rate:.2f} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

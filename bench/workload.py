@@ -176,6 +176,9 @@ class RequestSpec:
     prompt_tokens: int  # the length asked for; for text prompts an estimate
     max_tokens: int
     slo: Slo
+    # The client closes the response after this many text chunks, as a user who stops reading does;
+    # None reads to the end. A stream with fewer chunks simply completes.
+    cancel_after_chunks: int | None = None
 
 
 # Short common English words: each is a single token for most BPE vocabularies, ours included.

@@ -182,7 +182,13 @@ class HFEngine(Engine):
         manager = self._manager
         processor = manager.batch_processor if manager is not None else None
         if processor is None:
-            return EngineStats(healthy=manager is not None and not self._stopped)
+            # The batch loop has not built its processor yet: no load, but the limits are already known.
+            return EngineStats(
+                queued_requests=manager.input_queue.qsize() if manager is not None else 0,
+                healthy=manager is not None and not self._stopped,
+                context_length=self._context_length,
+                max_running_requests=self.config.max_running_requests,
+            )
         scheduler, cache = processor.scheduler, processor.cache
         # Plain reads of dict sizes from another thread: a snapshot, possibly one step old, which is fine.
         waiting = list(scheduler.waiting_requests.values())
@@ -198,6 +204,7 @@ class HFEngine(Engine):
             healthy=manager.is_running() and manager.background_thread_status.fatal_error is None,
             context_length=self._context_length,
             max_running_requests=self.config.max_running_requests,
+            registered_requests=self.registered_requests(),
         )
 
     def registered_requests(self) -> int:

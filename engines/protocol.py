@@ -85,6 +85,7 @@ class EngineStats:
     healthy: bool = True
     context_length: int = 0
     max_running_requests: int = 0
+    registered_requests: int = -1  # requests the engine still tracks (0 when idle; more means a leak); -1: unknown
 
     @property
     def kv_used_fraction(self) -> float:

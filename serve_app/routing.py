@@ -22,6 +22,7 @@ from serve_app.config import AppConfig
 logger = logging.getLogger("ray.serve")
 
 REFRESH_PERIOD_S = 0.1
+_UNKNOWN_CONTEXT = 1 << 30  # never reported: assume it could hold the request, so the answer is "unavailable"
 
 
 @dataclass(slots=True)
@@ -51,12 +52,21 @@ class RoutingTable:
         self._models = {v.name: LatencyModel(v.latency_profile) for v in config.variants}
         self._inflight = {v.name: _InFlight() for v in config.variants}
         self._state = RouterState()
+        # Last context length each variant reported: a variant with no ready replica right now keeps it, so a
+        # request that only it could hold is "unavailable, retry" (503) rather than "too long" (400).
+        self._known_context: dict[str, int] = {}
         self._task: asyncio.Task | None = None
 
     # ------------------------------------------------------------------ live state
 
     async def refresh(self) -> None:
-        self._snapshot = await self._snapshot_fn()
+        snapshot = await self._snapshot_fn()
+        # A replica that reports no context length yet is still starting: not ready to route to.
+        self._snapshot = {
+            name: ready for name, replicas in snapshot.items() if (ready := [r for r in replicas if r["context_length"]])
+        }
+        for name, replicas in self._snapshot.items():
+            self._known_context[name] = min(r["context_length"] for r in replicas)
 
     def start(self) -> None:
         if self._task is None:
@@ -85,7 +95,7 @@ class RoutingTable:
                 views.append(
                     VariantView(
                         name=name,
-                        context_length=1,
+                        context_length=self._known_context.get(name, _UNKNOWN_CONTEXT),
                         quality=variant.quality,
                         cost_per_1k_tokens=variant.cost_per_1k_tokens,
                         ready_replicas=0,

@@ -115,6 +115,10 @@ class RunResult(BaseModel):
     scaling: Scaling
     gpu_hours: float
     gpu_hours_by_variant: dict[str, float]
+    mean_quality: float = Field(
+        description="Mean quality of the variants that served the successful requests: what the SLO "
+        "policy's 'quality' objective buys, which attainment alone does not show."
+    )
     peak_replicas: dict[str, int]
     wall_s: float = Field(description="Seconds this run took to simulate.")
     cpu_s: float = Field(description="CPU seconds of the process simulating it (wall_s less contention).")
@@ -130,15 +134,20 @@ def simulate(scenario: Scenario, policy: Policy, scaling: Scaling) -> tuple[SimR
     peaks: dict[str, int] = {}
     for sample in result.replica_samples:
         peaks[sample.variant] = max(peaks.get(sample.variant, 0), sample.replicas)
+    summary = summarize(result.records)
+    quality = {p.name: p.quality for p in scenario.pools}
+    served = [(quality[name], g.succeeded) for name, g in summary.by_variant.items()]
+    total = sum(n for _, n in served)
     run = RunResult(
         policy=policy,
         scaling=scaling,
         gpu_hours=result.gpu_hours,
         gpu_hours_by_variant={name: s / 3600.0 for name, s in result.gpu_seconds.items()},
         peak_replicas=peaks,
+        mean_quality=sum(q * n for q, n in served) / total if total else 0.0,
         wall_s=time.perf_counter() - started,
         cpu_s=time.process_time() - cpu_started,
-        summary=summarize(result.records),
+        summary=summary,
     )
     return result, run
 
@@ -167,15 +176,16 @@ def table(runs: list[RunResult]) -> str:
     """A markdown table of the runs: SLO attainment, goodput and GPU-hours first."""
     lines = [
         "| policy | scaling | requests | failed | SLO attainment | goodput (req/s) | GPU-hours | "
-        "TTFT p50 / p99 (ms) | TPOT p50 (ms) | peak replicas |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        "mean quality | TTFT p50 / p99 (ms) | TPOT p50 (ms) | peak replicas |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in runs:
         s = r.summary
         peaks = ", ".join(f"{name} {n}" for name, n in sorted(r.peak_replicas.items()))
         lines.append(
             f"| {r.policy} | {r.scaling} | {s.requests} | {s.failed} | {s.slo_attainment:.1%} | "
-            f"{s.goodput:.2f} | {r.gpu_hours:.1f} | {s.ttft_ms.p50 or 0:.0f} / {s.ttft_ms.p99 or 0:.0f} | "
+            f"{s.goodput:.2f} | {r.gpu_hours:.1f} | {r.mean_quality:.2f} | "
+            f"{s.ttft_ms.p50 or 0:.0f} / {s.ttft_ms.p99 or 0:.0f} | "
             f"{s.tpot_ms.p50 or 0:.1f} | {peaks} |"
         )
     return "\n".join(lines)

@@ -8,11 +8,17 @@ from bench.workload import RequestSpec, Slo
 from tests.bench.fake_openai import FIRST_DELAY_S, GAP_S, ManualClock, clocked_transport
 
 
-def spec(max_tokens=11, prompt=None, slo=None):
+def spec(max_tokens=11, prompt=None, slo=None, cancel_after_chunks=None):
     prompt = [300, 301, 302] if prompt is None else prompt
     n = len(prompt) if isinstance(prompt, list) else len(prompt.split())
     return RequestSpec(
-        index=0, send_at=None, prompt=prompt, prompt_tokens=n, max_tokens=max_tokens, slo=slo or Slo()
+        index=0,
+        send_at=None,
+        prompt=prompt,
+        prompt_tokens=n,
+        max_tokens=max_tokens,
+        slo=slo or Slo(),
+        cancel_after_chunks=cancel_after_chunks,
     )
 
 
@@ -84,6 +90,34 @@ async def test_error_event_in_the_stream_fails_the_request():
     assert r.chunks == 2
     assert r.tpot_s is None
     assert not r.slo_met
+
+
+async def test_done_is_recorded_when_the_stream_ends_with_it():
+    assert (await send_clocked(max_tokens=3)).done
+    assert not (await send_clocked(model="midstream", max_tokens=3)).done
+
+
+async def test_a_stream_that_just_stops_is_not_done():
+    def handle(request: httpx.Request) -> httpx.Response:
+        chunk = b'data: {"choices": [{"index": 0, "text": "a"}]}\n\n'
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=chunk * 2)
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handle)) as client:
+        r = await send(TargetConfig(url="http://127.0.0.1:9", model="m"), spec(), client)
+    assert r.ok  # no error was said; the caller decides whether a missing [DONE] is a failure
+    assert (r.chunks, r.done) == (2, False)
+
+
+async def test_a_cancelled_stream_is_abandoned_after_its_chunks_and_is_not_an_error():
+    r = await send_clocked(max_tokens=11, cancel_after_chunks=3)
+    assert r.ok
+    assert (r.cancelled, r.done, r.chunks) == (True, False, 3)
+    assert r.ttft_s == pytest.approx(FIRST_DELAY_S, abs=1e-9)
+
+
+async def test_a_cancellation_past_the_end_of_the_stream_changes_nothing():
+    r = await send_clocked(max_tokens=3, cancel_after_chunks=5)
+    assert (r.cancelled, r.done, r.chunks) == (False, True, 3)
 
 
 def target(server, model="m", **kw):

@@ -91,3 +91,24 @@ def test_failed_requests_do_not_train(table):
     ticket = table.open(decision.variant, 20, decision.predictions[decision.variant])
     table.close(ticket, 0, ok=False)
     assert model.profile() == before
+
+
+async def test_starting_replicas_are_not_routed_to_and_a_gone_variant_means_unavailable(table):
+    snapshots = [
+        {"tiny": [_replica("a")], "small": [_replica("b", context_length=4096)]},
+        # small's only replica restarts: it reports no context length until its engine is up
+        {"tiny": [_replica("a")], "small": [_replica("c", context_length=0, max_running_requests=0)]},
+    ]
+
+    async def snapshot():
+        return snapshots.pop(0)
+
+    table._snapshot_fn = snapshot
+    await table.refresh()
+    await table.refresh()
+    assert "small" not in table._snapshot
+    long_prompt = RequestFeatures(prompt_tokens=2000, max_tokens=8)  # only small's context holds it
+    decision = table.decide(long_prompt)
+    assert decision.rejected
+    assert decision.reject_status == 503  # unavailable for now, not "too long"
+    assert table.decide(RequestFeatures(prompt_tokens=20, max_tokens=8)).variant == "tiny"

@@ -40,12 +40,13 @@ def test_replaying_a_run_on_its_own_engine_model_reproduces_it():
     result = calibrate(measured_run(p), p)
 
     assert result.requests == 200
-    assert abs(result.row("ttft_ms", "p50").relative_error) < 0.01
-    assert abs(result.row("tpot_ms", "p50").relative_error) < 0.01
+    for metric in ("ttft_ms", "tpot_ms"):
+        error = result.row(metric, "p50").relative_error
+        assert error is not None and abs(error) < 0.01
 
 
 def test_a_profile_twice_too_slow_shows_up_as_a_large_error():
     result = calibrate(measured_run(profile()), profile(step_ms_at_batch_1=20.0, prefill_tokens_per_s=5_000.0))
 
-    assert result.row("ttft_ms", "p50").relative_error > 0.5
-    assert result.row("tpot_ms", "p50").relative_error > 0.5
+    assert (result.row("ttft_ms", "p50").relative_error or 0.0) > 0.5
+    assert (result.row("tpot_ms", "p50").relative_error or 0.0) > 0.5

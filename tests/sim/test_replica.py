@@ -54,7 +54,8 @@ def test_ttft_grows_with_the_queue_ahead():
         end = new_end if new_end is not None else end
     run_to_idle(replica, end)
 
-    ttfts = [r.first_token_s for r in requests]
+    ttfts = [r.first_token_s or 0.0 for r in requests]
+    assert all(r.first_token_s is not None for r in requests)
     assert ttfts == sorted(ttfts)
     assert len(set(ttfts)) == 4
     # One slot: each waits for the previous one's whole run (20 ms prefill + 19 decode steps of 10 ms).

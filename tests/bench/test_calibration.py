@@ -1,0 +1,76 @@
+import dataclasses
+
+import pytest
+
+from bench.calibration import ProbePlan, fit_profile, mix_capacity, probe_specs
+from bench.records import RequestRecord
+
+
+def probe(prompt_tokens, ttft_s, tpot_s, e2e_s=1.0, **kw):
+    base = RequestRecord(
+        request_id="p", index=0, start_time=1e9, start_s=0.0, arrival_s=None, prompt_tokens=prompt_tokens,
+        max_tokens=32, output_tokens=32, ttft_s=ttft_s, tpot_s=tpot_s, e2e_s=e2e_s, status=200,
+    )  # fmt: skip
+    return dataclasses.replace(base, **kw)
+
+
+def failed(prompt_tokens):
+    return probe(prompt_tokens, None, None, error_type="timeout")
+
+
+def fit(short, long, burst, long_burst=(), burst_wall_s=2.0, long_burst_wall_s=3.0):
+    return fit_profile(
+        "v", short, long, burst, long_burst,
+        burst_wall_s=burst_wall_s, long_burst_wall_s=long_burst_wall_s, mean_output_tokens=48,
+    )  # fmt: skip
+
+
+def test_fit_by_hand():
+    # 64 tokens in 100 ms and 1064 tokens in 600 ms: 0.5 ms a token (2000 tok/s) on a base of 68 ms.
+    short = [probe(64, 0.100, 0.010), probe(64, 0.180, 0.014)]
+    long = [probe(1064, 0.600, 0.012, e2e_s=1.0), probe(1064, 0.900, 0.012, e2e_s=2.0)]
+    # TPOT 10 ms alone, 24 ms in a burst of 8: 2 ms more per extra sequence.
+    burst = [probe(64, 0.2, 0.024) for _ in range(8)]
+    c = fit(short, long, burst, long_burst=[probe(1064, 1.0, 0.02)] * 3)
+    assert c.profile.prefill_tokens_per_s == pytest.approx(2000)
+    assert c.profile.base_ttft_ms == pytest.approx(68)
+    assert c.profile.tpot_ms_at_batch_1 == pytest.approx(10)
+    assert c.profile.tpot_ms_per_extra_seq == pytest.approx(2)
+    assert c.profile.mean_output_tokens == 48
+    # The fastest single probes (least disturbed), the burst's median.
+    assert (c.ttft_short_ms, c.ttft_long_ms, c.tpot_burst_ms) == pytest.approx((100, 600, 24))
+    assert c.short_per_s == pytest.approx(8 / 2.0)
+    assert c.long_s == pytest.approx(1.5)
+    assert c.long_per_s == pytest.approx(3 / 3.0)
+
+
+def test_failed_probes_are_left_out_and_a_noisy_fit_stays_physical():
+    # The long prompt looked faster than the short one (another process slowed the short probes).
+    short = [probe(64, 0.300, 0.010), failed(64)]
+    long = [probe(1064, 0.200, 0.012)]
+    burst = [probe(64, 0.2, 0.008), failed(64)]
+    c = fit(short, long, burst)
+    assert c.profile.prefill_tokens_per_s > 0 and c.profile.base_ttft_ms >= 0
+    assert c.profile.tpot_ms_per_extra_seq == 0  # TPOT never shrinks with the batch
+    assert c.short_per_s == pytest.approx(1 / 2.0)  # only the probe that succeeded counts
+    assert c.long_per_s is None  # no long burst was sent
+
+
+def test_a_probe_kind_that_all_failed_is_an_error_that_names_it():
+    with pytest.raises(ValueError, match="every long probe failed"):
+        fit([probe(64, 0.1, 0.01)], [failed(1064)], [probe(64, 0.1, 0.01)] * 2)
+
+
+def test_mix_capacity_is_set_by_the_first_variant_to_saturate():
+    # 75% short: 10 short/s alone would allow 13.3 req/s, 1 long/s only 4 req/s.
+    assert mix_capacity(10.0, 1.0, 0.75) == pytest.approx(4.0)
+    assert mix_capacity(3.0, 10.0, 0.75) == pytest.approx(4.0)
+    with pytest.raises(ValueError):
+        mix_capacity(1.0, 1.0, 1.0)
+
+
+def test_probe_specs_are_exact_token_id_prompts_without_slo():
+    specs = probe_specs(ProbePlan(long_tokens=900), 3, 900, "x")
+    assert [len(s.prompt) for s in specs] == [900] * 3
+    assert all(s.max_tokens == 32 and s.slo.headers() == {} for s in specs)
+    assert specs == probe_specs(ProbePlan(long_tokens=900), 3, 900, "x")

@@ -1,0 +1,88 @@
+import asyncio
+
+import pytest
+
+from bench.calibration import VariantCalibration
+from bench.loadgen import LoadConfig
+from bench.mix import mixed_requests, routing_mix
+from bench.routing import (
+    FULL_FRACTIONS,
+    QUICK_FRACTIONS,
+    RoutingSweep,
+    SweepTarget,
+    app_args_from_file,
+    fixed_replicas,
+    policy_args,
+    render_report,
+    send_specs,
+    sweep_rates,
+)
+from bench.routing_results import bar
+from router.config import LatencyProfile, RouterConfig
+from serve_app.config import load_app_config
+from tests.bench.test_routing_results import point
+from tests.conftest import REPO
+
+ARGS = app_args_from_file(REPO / "serve_config.yaml")
+
+
+def test_fixed_replicas_holds_autoscaled_variants_at_their_minimum_and_copies():
+    assert "autoscaling" in ARGS["variants"][0]
+    fixed = fixed_replicas(ARGS)
+    assert [v.get("num_replicas") for v in fixed["variants"]] == [1, 1]
+    assert all("autoscaling" not in v for v in fixed["variants"])
+    assert "autoscaling" in ARGS["variants"][0]  # the input is untouched
+    load_app_config(fixed)  # still a valid app config
+
+
+def test_policy_args_set_the_policy_profiles_and_router_overrides():
+    profile = LatencyProfile(prefill_tokens_per_s=5000, base_ttft_ms=20).model_dump()
+    args = policy_args(ARGS, "least_loaded", {"small": profile}, {"slo_headroom": 0.2, "policy": "slo"})
+    config = load_app_config(args)
+    assert config.router.policy == "least_loaded"  # the sweep's policy wins over an override
+    assert config.router.slo_headroom == 0.2
+    assert config.variant("small").latency_profile == LatencyProfile(**profile)
+    assert config.variant("tiny").latency_profile is None
+    assert "router" not in ARGS
+
+
+def test_rates_are_fractions_of_the_capacity():
+    assert sweep_rates(4.0, QUICK_FRACTIONS) == [2.0, 4.0]
+    assert sweep_rates(4.0, FULL_FRACTIONS)[-1] == 5.0
+
+
+def test_report_has_the_calibration_the_table_and_the_verdict():
+    points = [point("slo", 2.0, 9), point("largest", 2.0, 8)]
+    calibration = VariantCalibration(
+        variant="small", profile=LatencyProfile(), short_per_s=5.0, long_s=0.6, long_per_s=1.1,
+        ttft_short_ms=30, ttft_long_ms=300, tpot_batch_1_ms=8, tpot_burst_ms=17,
+    )  # fmt: skip
+    sweep = RoutingSweep(
+        command="python -m bench routing --quick", date="2026-11-30T00:00:00+00:00", machine={"cpus": "2"},
+        wall_s=280.0, notes=["a note"], mix=routing_mix(), calibration=[calibration], capacity_rps=4.0,
+        rates=[2.0], duration_s=12.0, points=points, bar=bar(points),
+    )  # fmt: skip
+    text = render_report(sweep, ["tiny", "small"], ["interactive", "standard"], "sweep.png")
+    assert "| small | 50 | 2,000 | 50.0 | 1.00 | 5.0 | 0.60 | 1.10 |" in text
+    assert "| slo | 2.00 | 10 | 90.0% |" in text
+    assert "margin +10.0%" in text and "**NOT met**" in text
+    assert "![attainment and goodput vs rate](sweep.png)" in text
+    assert RoutingSweep.model_validate_json(sweep.model_dump_json()) == sweep
+
+
+@pytest.mark.serve
+def test_mixed_requests_through_the_default_app_are_routed_by_length(llm_url, default_app_args):
+    tiers = RouterConfig.model_validate(default_app_args.get("router", {})).tiers
+    # Half long, so that a handful of requests has both kinds; short outputs keep it quick.
+    mix = routing_mix(interactive_share=0.5, short_output=4, long_output=4, long_tokens=(1100, 1400), seed=1)
+    target = SweepTarget(default_app_args["model_name"], mix, dict(tiers), timeout_s=120.0)
+    specs = list(mixed_requests(mix, tiers, [None] * 6))
+    assert {s.slo.tier for s in specs} == {"interactive", "standard"}
+    records = asyncio.run(send_specs(llm_url, target, specs, LoadConfig(concurrency=2, num_requests=6, progress=False)))
+    assert [r.index for r in records] == list(range(6))
+    for r in records:
+        assert r.ok, (r.status, r.error_type, r.error_message)
+        assert r.variant in {"tiny", "small"} and r.route_reason
+        assert r.output_tokens == 4
+        if r.prompt_tokens > 1024:  # beyond tiny's context: only small holds it
+            assert r.variant == "small"
