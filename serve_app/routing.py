@@ -62,9 +62,8 @@ class RoutingTable:
     async def refresh(self) -> None:
         snapshot = await self._snapshot_fn()
         # A replica that reports no context length yet is still starting: not ready to route to.
-        self._snapshot = {
-            name: ready for name, replicas in snapshot.items() if (ready := [r for r in replicas if r["context_length"]])
-        }
+        ready = {name: [r for r in replicas if r["context_length"]] for name, replicas in snapshot.items()}
+        self._snapshot = {name: replicas for name, replicas in ready.items() if replicas}
         for name, replicas in self._snapshot.items():
             self._known_context[name] = min(r["context_length"] for r in replicas)
 
