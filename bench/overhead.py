@@ -89,6 +89,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="the stack's coalescing interval (default: the engine config's); the naive app always uses 0",
     )
+    p.add_argument(
+        "--serve-env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="environment for the Ray cluster the command starts (every Serve process inherits it), "
+        "e.g. RAY_SERVE_THROUGHPUT_OPTIMIZED=1; repeatable",
+    )
     p.add_argument("--quick", action="store_true", help="small and fast: builtin:tiny, fewer, shorter requests")
     p.add_argument("--json", type=Path, default=None, help="write the summary JSON here")
     p.add_argument("--out", type=Path, default=None, help="directory for report.md, the plot and the records")
@@ -205,6 +213,16 @@ class _Run:
             max_running=args.max_running_requests or max(self.concurrency),
             context_length=_context_length(self.model_dir),
         )
+
+    @property
+    def serve_env(self) -> dict[str, str]:
+        env = {}
+        for item in self.args.serve_env:
+            key, sep, value = item.partition("=")
+            if not sep or not key:
+                raise SystemExit(f"--serve-env {item!r}: use KEY=VALUE")
+            env[key] = value
+        return env
 
     @property
     def stack_engine(self) -> HFEngineConfig:
@@ -336,6 +354,8 @@ class _Run:
         models = {"naive_serve": "naive", "stack": "bench"}
         results: dict[str, PathResult] = {}
         # Logical CPUs: the replicas reserve whole and fractional CPUs; the threads are set explicitly.
+        # The cluster's processes (proxy, controller, replicas) start from this process: they inherit os.environ.
+        os.environ.update(self.serve_env)
         ray.init(
             num_cpus=max(4, os.cpu_count() or 1),
             include_dashboard=False,
@@ -425,6 +445,8 @@ def _notes(run: _Run) -> list[str]:
         f"The stack coalesces tokens every {run.stack_engine.coalesce.interval_ms:g} ms after the first; the "
         "naive app sends every engine step (one token) on its own.",
     ]
+    if run.serve_env:
+        notes.append("The Ray cluster ran with " + ", ".join(f"{k}={v}" for k, v in run.serve_env.items()) + ".")
     if run.device == "cpu":
         notes.append(
             "On CPU the load generator, Ray's proxy and replicas share the machine's cores with the engine; "

@@ -119,15 +119,27 @@ class RouterConfig(_Strict):
         description="SLO tiers by name (letters, digits, '.', '_', '-'), chosen per request with the "
         "x-slo-tier header; x-slo-ttft-ms / x-slo-tpot-ms override single targets.",
     )
-    default_tier: str = Field(
-        "standard", description="Tier of a request that names none; must be one of tiers."
-    )
+    default_tier: str = Field("standard", description="Tier of a request that names none; must be one of tiers.")
     slo_headroom: float = Field(
         0.1,
         ge=0,
         lt=1,
         description="Fraction of each target kept as margin for prediction error: a variant meets an SLO "
         "only when its predictions are within (1 - slo_headroom) x the targets.",
+    )
+    error_margin_scale: float = Field(
+        1.5,
+        ge=0,
+        description="How many of a variant's learned error margins (the upper quantile of how far outcomes "
+        "exceeded its decision-time predictions) to add to its predictions before judging the SLO; 0 "
+        "judges on the mean prediction alone.",
+    )
+    quality_tolerance: float = Field(
+        0.05,
+        ge=0,
+        le=1,
+        description="Objective 'quality': variants meeting the SLO whose quality is within this of the best "
+        "one count as equal, and the one with the most room under the SLO takes the request.",
     )
     length_threshold_tokens: int = Field(
         1024,

@@ -65,7 +65,5 @@ def _milliseconds(headers: Mapping[str, str], name: str, default: float | None) 
         value = math.nan
     # float() also accepts 'nan' and 'inf'; neither is a target a router can aim at.
     if not math.isfinite(value) or value <= 0:
-        raise InvalidRequestError(
-            f"Header {name} must be a positive number of milliseconds, got {raw!r}.", param=name
-        )
+        raise InvalidRequestError(f"Header {name} must be a positive number of milliseconds, got {raw!r}.", param=name)
     return value

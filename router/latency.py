@@ -5,16 +5,32 @@ Per replica (Serve spreads a variant's requests over its ready replicas)::
     TTFT = base + (prompt tokens + prompt tokens queued ahead) * prefill_ms_per_token
                 + requests to finish before a slot frees * mean_output_tokens * TPOT(running) / running
                 + startup time (only while the variant has no ready replica)
-    TPOT = TPOT at batch 1 + per extra sequence * (running batch size - 1)
+    TPOT = TPOT at batch 1 + per extra sequence * (batch - 1) + ms per prefill token * prefill per step
+
+The prefill term is the interference of chunked prefill: a decode step that shares its iteration with
+a prefill chunk lasts as long as both, so a replica that receives ``r`` prompt tokens per millisecond
+decodes each token in ``T = d + c * r * T`` where ``d`` is the decode-only step and ``c`` the cost of
+one prompt token, i.e. ``T = d / (1 - c * r)``. The model learns ``c`` from the prompt tokens actually
+dispatched during each request's decode (per decode step), seeded from the profile's prefill rate.
 
 The slot term is a continuous batching engine's queue: a request that finds every slot taken waits for
 running ones to finish, and they finish at ``running / (mean_output_tokens * TPOT)`` per millisecond.
 
 The weights start from a :class:`~router.config.LatencyProfile` (or its pessimistic defaults) and are
-refined by :meth:`LatencyModel.observe` with recursive least squares: cheap (a 3x3 update), it forgets
+refined by :meth:`LatencyModel.observe_ttft` / :meth:`LatencyModel.observe_tpot` (or both at once,
+:meth:`LatencyModel.observe`) with recursive least squares: cheap (a 3x3 update), it forgets
 old observations (a replica's speed drifts with its load mix and neighbours), clips outliers (one
 request stalled behind a GC pause must not move the model much) and keeps every weight within
 physical bounds.
+
+Besides the weights, the model tracks how wrong its *decision-time* predictions were: an online upper
+quantile of ``observed / predicted - 1`` per measure (:class:`_UpperQuantile`). That error includes
+what no weight can fix (load that arrives after the decision, stale engine reports), so the policy
+judges "meets the SLO" on ``prediction * (1 + margin)`` rather than on the mean.
+
+Censored observations (a request that failed or timed out before its first token, or mid-stream)
+say only "at least this long": they move the model only when they exceed its prediction, and then
+count as an observation at the bound, clipped like any other.
 """
 
 from __future__ import annotations
@@ -41,10 +57,14 @@ class Load:
     waiting_for_slot: float  # requests that must finish before the new one runs (0 when a slot is free)
     max_running: int  # batch slots of one replica
     startup_ms: float = 0.0  # the variant has no ready replica yet: time until one serves
+    prefill_tokens_per_s: float = 0.0  # prompt tokens arriving per second: prefill interleaved with decode
+    decode_tokens_left: float | None = None  # tokens a running sequence has left to decode, on average
 
     @property
     def batch_when_running(self) -> float:
         """The batch the new request decodes in: everything running or queued ahead of it, plus itself."""
+        # Not discounted by how soon running sequences finish: under steady traffic new ones take their
+        # places, so the batch a request decodes in is the one it finds.
         return min(float(self.max_running), self.running + self.queued + 1.0)
 
 
@@ -80,8 +100,8 @@ class _RobustRLS:
         p0 = 1.0 / prior_observations
         self._p = [[p0 if i == j else 0.0 for j in range(n)] for i in range(n)]
         # Forgetting inflates the covariance along directions no observation excites (a prompt length
-        # never seen); capping its trace at the prior's keeps one odd observation from swinging them.
-        self._max_trace = n * p0
+        # never seen); capping each variance at the prior's keeps one odd observation from swinging them.
+        self._max_var = n * p0  # what the former trace cap let one direction reach
         self._forgetting = forgetting
         self._clip = clip
         self._residual_scale: float | None = None
@@ -89,6 +109,9 @@ class _RobustRLS:
 
     def _unscaled(self) -> tuple[float, ...]:
         return tuple(t * s for t, s in zip(self._theta, self._scale, strict=True))
+
+    def predict(self, x: Sequence[float]) -> float:
+        return _dot(self.weights, x)
 
     def update(self, x: Sequence[float], y: float) -> None:
         n = len(self._theta)
@@ -123,9 +146,7 @@ class _RobustRLS:
             for i in out:
                 theta[i] = min(max(theta[i], self._lower[i]), self._upper[i])
                 free[i] = False
-            p_free = [
-                sum(self._p[i][j] * phi[j] for j in range(n) if free[j]) if free[i] else 0.0 for i in range(n)
-            ]
+            p_free = [sum(self._p[i][j] * phi[j] for j in range(n) if free[j]) if free[i] else 0.0 for i in range(n)]
             reach = _dot(phi, p_free)
             if reach <= 0.0:  # no free weight has a feature in this observation
                 break
@@ -134,11 +155,41 @@ class _RobustRLS:
         self._theta = [min(max(t, lo), hi) for t, lo, hi in zip(theta, self._lower, self._upper, strict=True)]
 
         p = [[(self._p[i][j] - gain[i] * p_phi[j]) / self._forgetting for j in range(n)] for i in range(n)]
-        trace = sum(p[i][i] for i in range(n))
-        if trace > self._max_trace:
-            p = [[v * self._max_trace / trace for v in row] for row in p]
+        # Rounding makes P drift from symmetric over thousands of updates, and then from positive definite.
+        p = [[0.5 * (p[i][j] + p[j][i]) for j in range(n)] for i in range(n)]
+        # Per direction, not over the trace: a feature that is rarely non-zero (prefill interference on an
+        # idle replica) must not use up the budget and freeze the others. D P D keeps P positive definite.
+        shrink = [min(1.0, (self._max_var / p[i][i]) ** 0.5) if p[i][i] > 0 else 1.0 for i in range(n)]
+        if any(d < 1.0 for d in shrink):
+            p = [[p[i][j] * shrink[i] * shrink[j] for j in range(n)] for i in range(n)]
         self._p = p
         self.weights = self._unscaled()
+
+
+class _UpperQuantile:
+    """Online ``level`` quantile of relative prediction errors, by stochastic approximation.
+
+    Each error moves the estimate up by ``step * level`` when above it and down by ``step * (1 - level)``
+    otherwise, which settles where a ``level`` fraction of errors lie below. Bounded to [0, ``upper``]:
+    a model that is pessimistic is corrected by its weights, not rewarded with a negative margin.
+    """
+
+    def __init__(self, level: float, step: float = 0.02, upper: float = 3.0) -> None:
+        self.level = level
+        self.step = step
+        self.upper = upper
+        self.value = 0.0
+
+    def add(self, relative_error: float) -> None:
+        if relative_error > self.value:
+            self.value = min(self.upper, self.value + self.step * self.level)
+        else:
+            self.value = max(0.0, self.value - self.step * (1.0 - self.level))
+
+
+# Prefill may use at most this share of a replica's time in the TPOT prediction: beyond it the replica
+# cannot keep up, and the prediction (20x the decode step) says so without dividing by ~0.
+_MAX_PREFILL_SHARE = 0.95
 
 
 def _dot(a: Sequence[float], b: Sequence[float]) -> float:
@@ -158,17 +209,19 @@ class LatencyModel:
         prior_observations: float | None = None,
         forgetting: float = 0.95,
         clip: float = 3.0,
+        error_quantile: float = 0.97,
     ) -> None:
         """``profile`` seeds the weights (None: the pessimistic defaults). ``prior_observations`` is how
         many finished requests it takes to overrule the seed (None: 4 for a profile, 0.25 for the
         defaults); ``forgetting`` the weight an observation keeps per later one (0.95: the last ~20
-        count); ``clip`` how many typical errors one observation may count as at most."""
+        count); ``clip`` how many typical errors one observation may count as at most;
+        ``error_quantile`` the quantile of decision-time errors the margins track."""
         if prior_observations is None:
-            prior_observations = (
-                _DEFAULT_PRIOR_OBSERVATIONS if profile is None else _PROFILE_PRIOR_OBSERVATIONS
+            prior_observations = _DEFAULT_PRIOR_OBSERVATIONS if profile is None else _PROFILE_PRIOR_OBSERVATIONS
+        if prior_observations <= 0 or not 0 < forgetting <= 1 or clip <= 0 or not 0 < error_quantile < 1:
+            raise ValueError(
+                "prior_observations and clip must be > 0, forgetting in (0, 1] and error_quantile in (0, 1)"
             )
-        if prior_observations <= 0 or not 0 < forgetting <= 1 or clip <= 0:
-            raise ValueError("prior_observations and clip must be > 0 and forgetting in (0, 1]")
         p = profile if profile is not None else LatencyProfile()
         # TTFT ~ base + prefill_ms_per_token * tokens + mean_output_tokens * slot_wait_feature
         self._ttft = _RobustRLS(
@@ -183,33 +236,104 @@ class LatencyModel:
             forgetting=forgetting,
             clip=clip,
         )
-        # TPOT ~ at_batch_1 + per_extra_seq * (batch - 1)
+        # TPOT ~ at_batch_1 + per_extra_seq * (batch - 1) + ms_per_prefill_token * prefill tokens per step
         self._tpot = _RobustRLS(
             (
                 _Weight(p.tpot_ms_at_batch_1, lower=1e-3, upper=1e5, floor=0.1),
                 _Weight(p.tpot_ms_per_extra_seq, lower=0.0, upper=1e4, floor=0.01),
+                _Weight(1000.0 / p.prefill_tokens_per_s, lower=0.0, upper=1e3, floor=1e-3),
             ),
             prior_observations=prior_observations,
             forgetting=forgetting,
             clip=clip,
         )
         self.observations = 0
+        self._ttft_error = _UpperQuantile(error_quantile)
+        self._tpot_error = _UpperQuantile(error_quantile)
+
+    @property
+    def prefill_ms_per_token(self) -> float:
+        """The learned cost of one prompt token's prefill on one replica, in ms."""
+        return self._ttft.weights[1]
+
+    @property
+    def ttft_margin(self) -> float:
+        """How far above its TTFT predictions the outcomes go, as a fraction, at the tracked quantile."""
+        return self._ttft_error.value
+
+    @property
+    def tpot_margin(self) -> float:
+        """The same for TPOT."""
+        return self._tpot_error.value
 
     # ------------------------------------------------------------------ predictions
 
-    def predict_tpot_ms(self, batch_size: float) -> float:
-        """Milliseconds per output token while decoding in a batch of ``batch_size`` sequences."""
-        at_batch_1, per_extra_seq = self._tpot.weights
-        return at_batch_1 + per_extra_seq * (max(batch_size, 1.0) - 1.0)
+    def predict_tpot_ms(self, batch_size: float, prefill_tokens_per_s: float = 0.0) -> float:
+        """Milliseconds per output token while decoding in a batch of ``batch_size`` sequences on a replica
+        that receives ``prefill_tokens_per_s`` prompt tokens per second (their prefill shares the steps)."""
+        at_batch_1, per_extra_seq, ms_per_prefill_token = self._tpot.weights
+        decode_ms = at_batch_1 + per_extra_seq * (max(batch_size, 1.0) - 1.0)
+        share = min(_MAX_PREFILL_SHARE, ms_per_prefill_token * max(prefill_tokens_per_s, 0.0) / 1000.0)
+        return decode_ms / (1.0 - share)
 
     def predict_ttft_ms(self, prompt_tokens: int, load: Load) -> float:
         """Milliseconds from dispatch to the first token of a ``prompt_tokens`` prompt under ``load``."""
         base, ms_per_token, mean_output_tokens = self._ttft.weights
         running = max(load.running, 1.0)
-        slot_wait = load.waiting_for_slot * mean_output_tokens * self.predict_tpot_ms(running) / running
+        tpot = self.predict_tpot_ms(running, load.prefill_tokens_per_s)
+        # A slot frees when a running sequence finishes: its remaining decode work, where the ingress knows
+        # it (its own requests' max_tokens less their progress), else the learned mean answer length.
+        tokens_left = mean_output_tokens if load.decode_tokens_left is None else max(load.decode_tokens_left, 1.0)
+        slot_wait = load.waiting_for_slot * tokens_left * tpot / running
         return base + (prompt_tokens + load.queued_prompt_tokens) * ms_per_token + slot_wait + load.startup_ms
 
     # ------------------------------------------------------------------ learning
+
+    def observe_ttft(
+        self,
+        prompt_tokens: int,
+        ttft_ms: float,
+        *,
+        queued_tokens_ahead: float = 0.0,
+        waiting_for_slot: float = 0.0,
+        batch_size: float = 1.0,
+        predicted_ms: float | None = None,
+        censored: bool = False,
+    ) -> None:
+        """Learns from one request's time to first token (at its first token, not at its end).
+
+        ``queued_tokens_ahead``, ``waiting_for_slot`` and ``batch_size`` describe the replica at dispatch
+        (the :class:`Load` its prediction used); ``predicted_ms`` is that decision-time prediction, which
+        trains the error margin. ``censored``: the request failed or timed out before its first token and
+        ``ttft_ms`` is only a lower bound (the elapsed time).
+        """
+        if ttft_ms < 0:
+            return
+        batch = max(batch_size, 1.0)
+        x = (1.0, prompt_tokens + queued_tokens_ahead, waiting_for_slot * self.predict_tpot_ms(batch) / batch)
+        if self._learn(self._ttft, x, ttft_ms, censored):
+            self.observations += 1
+        _track(self._ttft_error, ttft_ms, predicted_ms, censored)
+
+    def observe_tpot(
+        self,
+        tpot_ms: float,
+        batch_size: float,
+        *,
+        prefill_tokens_per_step: float = 0.0,
+        predicted_ms: float | None = None,
+        censored: bool = False,
+    ) -> None:
+        """Learns from one request's mean time per output token, measured over its decode.
+
+        ``prefill_tokens_per_step``: prompt tokens the replica received per decode step of this request
+        (what its steps shared with prefill). ``censored``: the stream broke off, ``tpot_ms`` is a bound.
+        """
+        if tpot_ms <= 0:
+            return
+        x = (1.0, max(batch_size, 1.0) - 1.0, max(prefill_tokens_per_step, 0.0))
+        self._learn(self._tpot, x, tpot_ms, censored)
+        _track(self._tpot_error, tpot_ms, predicted_ms, censored)
 
     def observe(
         self,
@@ -220,8 +344,9 @@ class LatencyModel:
         queued_tokens_ahead: float,
         *,
         waiting_for_slot: float = 0.0,
+        prefill_tokens_per_step: float = 0.0,
     ) -> None:
-        """Learns from one finished request.
+        """Learns from one finished request at once (TPOT first, so TTFT's slot term uses the new TPOT).
 
         ``tpot_ms`` is None when the request produced a single token. ``batch_size``,
         ``queued_tokens_ahead`` and ``waiting_for_slot`` describe the replica as it was when the request
@@ -229,20 +354,28 @@ class LatencyModel:
         ``queued_prompt_tokens``, ``waiting_for_slot``); the model attributes the TTFT it did not
         explain by prompt length to those.
         """
-        batch = max(batch_size, 1.0)
         if tpot_ms is not None and tpot_ms > 0:
-            self._tpot.update((1.0, batch - 1.0), tpot_ms)
-        if ttft_ms >= 0:
-            tpot_now = tpot_ms if tpot_ms is not None and tpot_ms > 0 else self.predict_tpot_ms(batch)
-            self._ttft.update(
-                (1.0, prompt_tokens + queued_tokens_ahead, waiting_for_slot * tpot_now / batch), ttft_ms
-            )
-        self.observations += 1
+            self.observe_tpot(tpot_ms, batch_size, prefill_tokens_per_step=prefill_tokens_per_step)
+        self.observe_ttft(
+            prompt_tokens,
+            ttft_ms,
+            queued_tokens_ahead=queued_tokens_ahead,
+            waiting_for_slot=waiting_for_slot,
+            batch_size=batch_size,
+        )
+
+    @staticmethod
+    def _learn(rls: _RobustRLS, x: Sequence[float], y: float, censored: bool) -> bool:
+        # A lower bound at or below the prediction carries no information about the weights.
+        if censored and y <= rls.predict(x):
+            return False
+        rls.update(x, y)
+        return True
 
     def profile(self) -> LatencyProfile:
         """The current estimates, in the shape of the figures that seed a model (for logs and /variants)."""
         base, ms_per_token, mean_output_tokens = self._ttft.weights
-        at_batch_1, per_extra_seq = self._tpot.weights
+        at_batch_1, per_extra_seq, _ = self._tpot.weights
         return LatencyProfile(
             prefill_tokens_per_s=1000.0 / ms_per_token,
             base_ttft_ms=base,
@@ -250,3 +383,13 @@ class LatencyModel:
             tpot_ms_per_extra_seq=per_extra_seq,
             mean_output_tokens=mean_output_tokens,
         )
+
+
+def _track(error: _UpperQuantile, observed_ms: float, predicted_ms: float | None, censored: bool) -> None:
+    if predicted_ms is None or predicted_ms <= 0:
+        return
+    relative = observed_ms / predicted_ms - 1.0
+    # A censored outcome is at least this late: only a bound above the margin is informative.
+    if censored and relative <= error.value:
+        return
+    error.add(relative)

@@ -4,6 +4,20 @@ Engine stats arrive every few hundred milliseconds; the ingress's ``inflight`` c
 covers its own requests. Requests it counts beyond what the engines report are ones the reports have not
 caught up with yet: they take free batch slots first (an engine admits a request at once while it has
 room), the rest queue.
+
+Prefill work ahead of a new request (prompt tokens not yet prefilled) merges three sources without
+counting anything twice:
+
+* the engines' ``queued_prompt_tokens``, less what a replica prefills in the report's age (the model's
+  prefill rate; a report is 0.1-0.35 s old, which is thousands of tokens on a GPU);
+* plus the prompts of own requests sent *after* the report was taken (``fresh_prompt_tokens``), which no
+  report can hold yet (or, with counts only, the in-flight requests beyond the reported ones);
+* and never less than the prompts of all own requests still without a first token
+  (``unstarted_prompt_tokens``): those are certainly not prefilled, whatever a stale report says.
+
+Running sequences' remaining decode work (``decode_tokens_left``, from the own requests' max_tokens and
+progress) sets how soon a batch slot frees; the recent prompt-token rate (``prefill_tokens_per_s``) sets
+how much prefill the new request's decode steps will share.
 """
 
 from __future__ import annotations
@@ -42,11 +56,23 @@ def replica_load(view: VariantView, config: RouterConfig) -> Load:
     return Load(
         running=running / replicas,
         queued=queued / replicas,
-        queued_prompt_tokens=(view.queued_prompt_tokens + unseen_tokens) / replicas,
+        queued_prompt_tokens=queued_prompt_tokens(view, unseen_tokens, replicas) / replicas,
         waiting_for_slot=waiting_for_slot,
         max_running=slots_per_replica,
         startup_ms=0.0 if ready else config.replica_startup_ms,
+        prefill_tokens_per_s=view.prefill_tokens_per_s / replicas,
+        decode_tokens_left=view.decode_tokens_left,
     )
+
+
+def queued_prompt_tokens(view: VariantView, unseen_tokens: float, replicas: int) -> float:
+    """Prompt tokens of the whole variant waiting for prefill (see the module docstring for the merge)."""
+    reported = float(view.queued_prompt_tokens)
+    if reported > 0 and view.report_age_ms > 0:
+        drained = replicas * view.report_age_ms / max(view.latency.prefill_ms_per_token, 1e-9)
+        reported = max(0.0, reported - drained)
+    since_report = max(float(view.fresh_prompt_tokens), unseen_tokens)
+    return max(reported + since_report, float(view.unstarted_prompt_tokens))
 
 
 def queue_bound(priority: int, sheddable: bool, config: RouterConfig) -> float:

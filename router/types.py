@@ -73,6 +73,13 @@ class VariantView:
     kv_used_fraction: float = 0.0  # the fullest ready replica's KV cache use, 0..1
     inflight: int = 0  # requests this ingress sent to the variant that have not finished
     inflight_prompt_tokens: int = 0  # their prompt tokens
+    # The ingress's own tickets, fresher than any report (see router.load for how they are merged):
+    report_age_ms: float = 0.0  # how old the engine figures above are
+    unstarted_requests: int = 0  # own requests with no first token yet (prefill pending or running)
+    unstarted_prompt_tokens: int = 0  # their prompt tokens
+    fresh_prompt_tokens: int = 0  # prompt tokens of own unstarted requests sent after the report was taken
+    prefill_tokens_per_s: float = 0.0  # prompt tokens this ingress sent the variant per second, recently
+    decode_tokens_left: float | None = None  # mean tokens own decoding requests have left (None: unknown)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +87,8 @@ class Prediction:
     """The latency one variant is predicted to give a request, and whether that meets the request's SLO.
 
     ``batch_size``, ``queued_tokens_ahead`` and ``waiting_for_slot`` are the load the prediction assumed;
-    hand them back to ``LatencyModel.observe`` with the measured timings when the request finishes.
+    hand them back to the ``LatencyModel.observe_*`` methods with the measured timings
+    (``router.inflight.InflightBook`` does).
     """
 
     ttft_ms: float
@@ -90,6 +98,10 @@ class Prediction:
     batch_size: float = 1.0
     queued_tokens_ahead: float = 0.0
     waiting_for_slot: float = 0.0
+    # The conservative figures the SLO was judged on: the predictions inflated by the model's error margin.
+    ttft_upper_ms: float = 0.0
+    tpot_upper_ms: float = 0.0
+    slack: float = 1.0  # smallest relative room left under the (headroom-reduced) targets; < 0 when missed
 
 
 @dataclass(frozen=True, slots=True)

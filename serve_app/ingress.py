@@ -214,7 +214,8 @@ class Ingress:
             flight.headers["x-route-variant"] = variant
             self._keys.admit(flight.principal, len(prompt_ids) + max_tokens, time.monotonic())
             flight.admitted = True
-            flight.ticket = self._routing.open(variant, len(prompt_ids), prediction)
+            flight.ticket = self._routing.open(variant, len(prompt_ids), prediction, max_tokens=max_tokens)
+            flight.headers.update(flight.ticket.headers())  # x-route-predicted-ttft-ms / -tpot-ms
             flight.recorder = RequestRecorder(self._metrics, variant, features.slo.ttft_ms, features.slo.tpot_ms)
             gen_request = GenerationRequest(flight.request_id, prompt_ids, req.sampling(max_tokens))
             flight.stream = self._stream_handles[variant].generate.remote(gen_request)

@@ -2,8 +2,9 @@
 
 The policy itself is a pure function (``router.route``); this module owns what it needs from the running
 system: the stats board's latest snapshot (refreshed in the background, a few times a second), the
-requests this ingress has in flight per variant (fresher than any report), one latency model per variant,
-and the timings of finished requests that train those models.
+requests this ingress has in flight per variant (fresher than any report: ``router.inflight``), one
+latency model per variant, and the timings that train those models (TTFT at the first token, TPOT at
+the close, a lower bound from failures and timeouts).
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from router import Decision, LatencyModel, Prediction, RequestFeatures, RouterState, VariantView, route
+from router.inflight import InflightBook, RouteTicket
 from serve_app.config import AppConfig
 
 logger = logging.getLogger("ray.serve")
@@ -25,22 +26,7 @@ REFRESH_PERIOD_S = 0.1
 _UNKNOWN_CONTEXT = 1 << 30  # never reported: assume it could hold the request, so the answer is "unavailable"
 
 
-@dataclass(slots=True)
-class _InFlight:
-    requests: int = 0
-    prompt_tokens: int = 0
-
-
-@dataclass(slots=True)
-class RouteTicket:
-    """One routed request: what the decision assumed, and the timings that come back to train the model."""
-
-    variant: str
-    prompt_tokens: int
-    prediction: Prediction | None
-    start: float = field(default_factory=time.monotonic)
-    first_token_at: float | None = None
-    done: bool = False
+__all__ = ["REFRESH_PERIOD_S", "RouteTicket", "RoutingTable"]
 
 
 class RoutingTable:
@@ -50,7 +36,8 @@ class RoutingTable:
         self._snapshot: dict[str, list[dict]] = {}
         self._variants = {v.name: v for v in config.variants}
         self._models = {v.name: LatencyModel(v.latency_profile) for v in config.variants}
-        self._inflight = {v.name: _InFlight() for v in config.variants}
+        self._book = InflightBook(self._models)
+        self._report_at: dict[str, float] = {}  # when each variant's figures were measured (monotonic)
         self._state = RouterState()
         # Last context length each variant reported: a variant with no ready replica right now keeps it, so a
         # request that only it could hold is "unavailable, retry" (503) rather than "too long" (400).
@@ -61,11 +48,14 @@ class RoutingTable:
 
     async def refresh(self) -> None:
         snapshot = await self._snapshot_fn()
+        now = time.monotonic()
         # A replica that reports no context length yet is still starting: not ready to route to.
         ready = {name: [r for r in replicas if r["context_length"]] for name, replicas in snapshot.items()}
         self._snapshot = {name: replicas for name, replicas in ready.items() if replicas}
         for name, replicas in self._snapshot.items():
             self._known_context[name] = min(r["context_length"] for r in replicas)
+            # The oldest replica's figures date the sum: requests sent since may be in none of them.
+            self._report_at[name] = now - max(float(r.get("age_s", 0.0)) for r in replicas)
 
     def start(self) -> None:
         if self._task is None:
@@ -86,6 +76,7 @@ class RoutingTable:
                 await self._task
 
     def views(self) -> list[VariantView]:
+        now = time.monotonic()
         views = []
         for name, variant in self._variants.items():
             replicas = self._snapshot.get(name, [])
@@ -103,27 +94,23 @@ class RoutingTable:
                     )
                 )
                 continue
-            inflight = self._inflight[name]
-            views.append(
-                VariantView(
-                    name=name,
-                    context_length=min(r["context_length"] for r in replicas),
-                    quality=variant.quality,
-                    cost_per_1k_tokens=variant.cost_per_1k_tokens,
-                    ready_replicas=len(replicas),
-                    max_running_requests=max(1, min(r["max_running_requests"] for r in replicas)),
-                    latency=self._models[name],
-                    queued_requests=sum(r["queued_requests"] for r in replicas),
-                    running_requests=sum(r["running_requests"] for r in replicas),
-                    queued_prompt_tokens=sum(r["queued_prompt_tokens"] for r in replicas),
-                    kv_used_fraction=max(
-                        (_kv_fraction(r) for r in replicas),
-                        default=0.0,
-                    ),
-                    inflight=inflight.requests,
-                    inflight_prompt_tokens=inflight.prompt_tokens,
-                )
+            view = VariantView(
+                name=name,
+                context_length=min(r["context_length"] for r in replicas),
+                quality=variant.quality,
+                cost_per_1k_tokens=variant.cost_per_1k_tokens,
+                ready_replicas=len(replicas),
+                max_running_requests=max(1, min(r["max_running_requests"] for r in replicas)),
+                latency=self._models[name],
+                queued_requests=sum(r["queued_requests"] for r in replicas),
+                running_requests=sum(r["running_requests"] for r in replicas),
+                queued_prompt_tokens=sum(r["queued_prompt_tokens"] for r in replicas),
+                kv_used_fraction=max(
+                    (_kv_fraction(r) for r in replicas),
+                    default=0.0,
+                ),
             )
+            views.append(self._book.annotate(view, now, self._report_at.get(name)))
         return views
 
     def has_live_stats(self) -> bool:
@@ -141,40 +128,22 @@ class RoutingTable:
     def decide(self, features: RequestFeatures) -> Decision:
         return route(features, self.views(), self.config.router, self._state)
 
-    def open(self, variant: str, prompt_tokens: int, prediction: Prediction | None) -> RouteTicket:
-        inflight = self._inflight[variant]
-        inflight.requests += 1
-        inflight.prompt_tokens += prompt_tokens
-        return RouteTicket(variant, prompt_tokens, prediction)
+    def open(
+        self, variant: str, prompt_tokens: int, prediction: Prediction | None, *, max_tokens: int = 0
+    ) -> RouteTicket:
+        """Books a request sent to ``variant``; ``ticket.headers()`` are its predicted-latency headers."""
+        replicas = len(self._snapshot.get(variant, ())) or 1
+        return self._book.open(
+            variant, prompt_tokens, prediction, time.monotonic(), max_tokens=max_tokens, replicas=replicas
+        )
 
     def first_token(self, ticket: RouteTicket) -> None:
-        if ticket.first_token_at is None:
-            ticket.first_token_at = time.monotonic()
+        """The first token came back: the prompt is prefilled, and the variant's TTFT model learns now."""
+        self._book.first_token(ticket, time.monotonic())
 
     def close(self, ticket: RouteTicket, completion_tokens: int, *, ok: bool) -> None:
-        """Ends a ticket once; a successful one trains its variant's latency model."""
-        if ticket.done:
-            return
-        ticket.done = True
-        inflight = self._inflight[ticket.variant]
-        inflight.requests -= 1
-        inflight.prompt_tokens -= ticket.prompt_tokens
-        if not ok or ticket.first_token_at is None or ticket.prediction is None:
-            return
-        now = time.monotonic()
-        ttft_ms = 1000.0 * (ticket.first_token_at - ticket.start)
-        tpot_ms = None
-        if completion_tokens > 1:
-            tpot_ms = 1000.0 * (now - ticket.first_token_at) / (completion_tokens - 1)
-        pred = ticket.prediction
-        self._models[ticket.variant].observe(
-            ticket.prompt_tokens,
-            ttft_ms,
-            tpot_ms,
-            pred.batch_size,
-            pred.queued_tokens_ahead,
-            waiting_for_slot=pred.waiting_for_slot,
-        )
+        """Ends a ticket once: TPOT is learned from a success, a lower bound from a failure or timeout."""
+        self._book.close(ticket, completion_tokens, time.monotonic(), ok=ok)
 
     def learned_profiles(self) -> dict[str, Any]:
         return {name: model.profile().model_dump() for name, model in self._models.items()}

@@ -76,6 +76,7 @@ class SimReplica:
         self.kv_used = 0
         self.queued_prompt_tokens = 0  # prompt tokens not yet prefilled (waiting + prefilling)
         self.recent = RecentLatency()
+        self.started: list[SimRequest] = []  # first tokens since the simulation last took this list
         self.version = 0  # bumps on every (re)scheduled iteration end; older events are stale
         self._seg_start = 0.0
         self._seg_dt = 0.0
@@ -140,6 +141,7 @@ class SimReplica:
                 # Prefill completes in FIFO order, so the finished prompt is at the head.
                 self.prefilling.popleft()
                 request.first_token_s = now
+                self.started.append(request)
                 self.recent.add(0, now, 1e3 * (now - (request.dispatched_s or now)))
                 if request.max_tokens <= 1:
                     self._finish(request, now, finished)

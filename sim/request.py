@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from bench.workload import Slo
 from router import Prediction, RequestFeatures
+from router.inflight import RouteTicket
 
 
 @dataclass(slots=True, eq=False)
@@ -29,6 +30,7 @@ class SimRequest:
     end_s: float | None = None
     reject_status: int | None = None
     reject_reason: str | None = None
+    ticket: RouteTicket | None = None  # the ingress's booking (router.inflight), from dispatch to close
 
     @property
     def kv_tokens(self) -> int:

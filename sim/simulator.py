@@ -22,6 +22,7 @@ from typing import Any
 from bench.records import RequestRecord, slo_met, time_per_output_token
 from bench.replicas import ReplicaSample
 from router import LatencyModel, LatencyProfile, RouterConfig, RouterState, VariantView, route
+from router.inflight import InflightBook
 from serve_app.config import AutoscalingSpec
 from serve_app.routing import REFRESH_PERIOD_S
 from sim.autoscaler import Policy, SimAutoscaler
@@ -84,7 +85,7 @@ class Simulation:
         }
         self.models = {v.name: LatencyModel(v.latency_profile) for v in self.variants.values()}
         self.state = RouterState()
-        self._inflight = {name: [0, 0] for name in self.variants}  # requests, prompt tokens
+        self.book = InflightBook(self.models)  # the ingress's own bookkeeping, as RoutingTable keeps it
         self._heap: list[tuple[float, int, int, Any, int]] = []
         self._order = itertools.count()
         self._snapshot: dict[str, VariantView] = {}
@@ -167,9 +168,10 @@ class Simulation:
         name = decision.variant
         request.variant = name
         request.prediction = decision.predictions.get(name)
-        inflight = self._inflight[name]
-        inflight[0] += 1
-        inflight[1] += request.prompt_tokens
+        replicas = len(self.deployments[name].ready) or 1
+        request.ticket = self.book.open(
+            name, request.prompt_tokens, request.prediction, now, max_tokens=request.max_tokens, replicas=replicas
+        )
         sent = self.deployments[name].dispatch(request, now)
         if sent is not None:
             self._schedule(*sent)
@@ -178,6 +180,13 @@ class Simulation:
     def _step_end(self, replica: SimReplica, now: float) -> int:
         finished, end = replica.step_end(now)
         self._schedule(replica, end)
+        if replica.started:
+            # The first token reaches the ingress after the serving overhead, as the client sees it.
+            overhead_s = replica.profile.overhead_ms / 1e3
+            for request in replica.started:
+                if request.ticket is not None:
+                    self.book.first_token(request.ticket, now + overhead_s)
+            replica.started.clear()
         if not finished:
             return 0
         deployment = self.deployments[replica.replica_id.rpartition("#")[0]]
@@ -191,54 +200,16 @@ class Simulation:
     def _close(self, request: SimRequest) -> None:
         """The ingress's ``RoutingTable.close``: in-flight counts down, the latency model learns."""
         name = request.variant
-        assert name is not None and request.first_token_s is not None and request.end_s is not None
-        inflight = self._inflight[name]
-        inflight[0] -= 1
-        inflight[1] -= request.prompt_tokens
-        prediction = request.prediction
-        if prediction is None:
-            return
-        overhead_ms = self.variants[name].profile.overhead_ms
-        ttft_ms = 1e3 * (request.first_token_s - request.arrival_s) + overhead_ms
-        tpot_ms = None
-        if request.max_tokens > 1:
-            tpot_ms = 1e3 * (request.end_s - request.first_token_s) / (request.max_tokens - 1)
-        self.models[name].observe(
-            request.prompt_tokens,
-            ttft_ms,
-            tpot_ms,
-            prediction.batch_size,
-            prediction.queued_tokens_ahead,
-            waiting_for_slot=prediction.waiting_for_slot,
-        )
+        assert name is not None and request.ticket is not None and request.end_s is not None
+        overhead_s = self.variants[name].profile.overhead_ms / 1e3
+        self.book.close(request.ticket, request.max_tokens, request.end_s + overhead_s, ok=True)
 
     def _views(self, now: float) -> list[VariantView]:
         """The router's views: a periodic stats snapshot with the ingress's live in-flight counts."""
         if now - self._snapshot_s >= self.snapshot_period_s:
             self._snapshot_s = now
             self._snapshot = {name: self._snapshot_view(name) for name in self.variants}
-        views = []
-        for name, view in self._snapshot.items():
-            requests, tokens = self._inflight[name]
-            views.append(
-                VariantView(
-                    name=name,
-                    context_length=view.context_length,
-                    quality=view.quality,
-                    cost_per_1k_tokens=view.cost_per_1k_tokens,
-                    ready_replicas=view.ready_replicas,
-                    max_running_requests=view.max_running_requests,
-                    latency=view.latency,
-                    starting_replicas=view.starting_replicas,
-                    queued_requests=view.queued_requests,
-                    running_requests=view.running_requests,
-                    queued_prompt_tokens=view.queued_prompt_tokens,
-                    kv_used_fraction=view.kv_used_fraction,
-                    inflight=requests,
-                    inflight_prompt_tokens=tokens,
-                )
-            )
-        return views
+        return [self.book.annotate(view, now, self._snapshot_s) for view in self._snapshot.values()]
 
     def _snapshot_view(self, name: str) -> VariantView:
         variant = self.variants[name]

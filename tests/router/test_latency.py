@@ -179,9 +179,7 @@ def test_weights_stay_physical_whatever_is_observed():
 def test_a_weight_pinned_at_its_bound_leaves_the_correction_to_the_others():
     # Seeded with a 200 ms base; the replica answers 100-token prompts in 20 ms. Shared out, the
     # correction would push the base below 0: it stops at 0 and the prefill rate must take up the rest.
-    model = LatencyModel(
-        LatencyProfile(base_ttft_ms=200.0, prefill_tokens_per_s=1000.0), prior_observations=0.25
-    )
+    model = LatencyModel(LatencyProfile(base_ttft_ms=200.0, prefill_tokens_per_s=1000.0), prior_observations=0.25)
 
     for _ in range(3):
         model.observe(100, 20.0, None, 1, 0)
@@ -200,3 +198,43 @@ def test_a_long_run_without_queueing_keeps_the_model_finite():
 
     assert model.predict_ttft_ms(100, load(running=16, waiting_for_slot=1)) < 1e5
     assert model.predict_ttft_ms(100, load()) == pytest.approx(40.0, rel=0.05)
+
+
+# --- prefill interference, margins, censoring -------------------------------------------------------
+
+
+def test_tpot_grows_with_the_prefill_its_steps_share():
+    model = LatencyModel(PROFILE)  # 1 ms per prompt token
+    # 500 prompt tokens/s take half of every second: decode steps take twice as long.
+    assert model.predict_tpot_ms(1, prefill_tokens_per_s=500.0) == pytest.approx(80.0)
+    # A replica that cannot keep up is predicted very slow, never negative or infinite.
+    assert 40.0 * 10 < model.predict_tpot_ms(1, prefill_tokens_per_s=5000.0) < 1e6
+
+
+def test_the_error_margin_tracks_how_far_outcomes_exceed_decision_time_predictions():
+    model = LatencyModel(PROFILE)
+    assert model.ttft_margin == 0.0 and model.tpot_margin == 0.0
+    for _ in range(300):
+        model.observe_ttft(100, 150.0 * 1.5, predicted_ms=150.0)  # always 50% late
+        model.observe_tpot(40.0, 1.0, predicted_ms=40.0)  # always right
+    assert model.ttft_margin == pytest.approx(0.5, abs=0.1)
+    assert model.tpot_margin < 0.05
+
+
+def test_a_censored_bound_above_the_prediction_moves_it_up_and_one_below_does_not():
+    model = LatencyModel(PROFILE)
+    idle = load()
+    before = model.predict_ttft_ms(100, idle)
+    model.observe_ttft(100, before / 2, censored=True)
+    assert model.predict_ttft_ms(100, idle) == before
+    for _ in range(20):
+        model.observe_ttft(100, 4 * before, censored=True)
+    assert model.predict_ttft_ms(100, idle) > 2 * before
+
+
+def test_slot_wait_uses_the_known_decode_work_left_of_running_requests():
+    model = LatencyModel(PROFILE)  # mean_output_tokens 100
+    full = load(running=16, queued=1, waiting_for_slot=1)
+    nearly_done = load(running=16, queued=1, waiting_for_slot=1, decode_tokens_left=10.0)
+    assert model.predict_ttft_ms(100, nearly_done) < model.predict_ttft_ms(100, full)
+    assert model.predict_ttft_ms(100, nearly_done) == pytest.approx(150.0 + 10 * 70.0 / 16)

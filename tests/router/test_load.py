@@ -67,8 +67,31 @@ def test_starting_replicas_serve_only_where_waiting_is_allowed_and_carry_the_sta
     [(0, False, 10), (0, True, 3), (2, False, 14), (-1, False, 8), (-1, True, 1), (-5, True, 0)],
 )
 def test_queue_bound_is_lower_for_sheddable_and_lower_priority_requests(priority, sheddable, expected):
-    config = RouterConfig(
-        queue_bound_per_replica=10, sheddable_queue_bound_per_replica=3, queue_bound_per_priority=2
-    )
+    config = RouterConfig(queue_bound_per_replica=10, sheddable_queue_bound_per_replica=3, queue_bound_per_priority=2)
 
     assert queue_bound(priority, sheddable, config) == expected
+
+
+def test_prefill_ahead_drains_the_report_by_its_age_and_adds_prompts_sent_since():
+    # big prefills 1000 tokens/s: a 200 ms old report of 1000 queued tokens has 800 left; 300 sent since.
+    view = big(queued_prompt_tokens=1000, report_age_ms=200.0, fresh_prompt_tokens=300, unstarted_prompt_tokens=300)
+    assert replica_load(view, CONFIG).queued_prompt_tokens == pytest.approx(800 + 300)
+
+
+def test_own_unstarted_prompts_are_a_floor_whatever_a_stale_report_says():
+    # The report says nothing is queued, but this ingress has 2000 prompt tokens without a first token.
+    view = big(queued_prompt_tokens=0, report_age_ms=50.0, unstarted_prompt_tokens=2000, fresh_prompt_tokens=0)
+    assert replica_load(view, CONFIG).queued_prompt_tokens == pytest.approx(2000)
+
+
+def test_reported_and_own_prompts_are_not_counted_twice():
+    # The report already holds the ingress's 500 unstarted tokens (all sent before it): max, not sum.
+    view = big(queued_prompt_tokens=800, unstarted_prompt_tokens=500, fresh_prompt_tokens=0)
+    assert replica_load(view, CONFIG).queued_prompt_tokens == pytest.approx(800)
+
+
+def test_the_prompt_rate_and_decode_work_left_are_per_replica():
+    view = big(ready_replicas=2, prefill_tokens_per_s=4000.0, decode_tokens_left=30.0)
+    load = replica_load(view, CONFIG)
+    assert load.prefill_tokens_per_s == pytest.approx(2000.0)
+    assert load.decode_tokens_left == 30.0

@@ -272,3 +272,54 @@ def test_a_starting_variant_may_take_a_request_that_can_wait():
     waiting_disallowed = decide(loose, variants, wait_for_starting_replicas=False)
     assert waiting_disallowed.variant == "small"
     assert "big" not in waiting_disallowed.predictions
+
+
+# --- conservative judgement: error margins, prefill interference, slack among near-equals ----------
+
+
+def _late_model(factor: float):
+    """A big model whose TTFT outcomes have run `factor` x its decision-time predictions."""
+    from router import LatencyModel
+    from tests.router.views import BIG_PROFILE
+
+    model = LatencyModel(BIG_PROFILE)
+    for _ in range(300):
+        model.observe_ttft(100, 150.0 * factor, predicted_ms=150.0)
+    return model
+
+
+def test_a_variant_whose_predictions_run_late_must_meet_the_slo_with_its_margin():
+    # big's idle TTFT prediction (150 ms at first; it also learns from the late outcomes) is within 300 x 0.9
+    # on the mean, but its outcomes have run 1.6x late: with the margin it misses, so the request spills.
+    late = big(latency=_late_model(1.6))
+    decision = decide(request(), [small(), late])
+    assert decision.variant == "small"
+    assert decision.predictions["big"].ttft_upper_ms > decision.predictions["big"].ttft_ms
+    # Judged on the mean alone (no margin), the same state keeps the request on big.
+    assert decide(request(), [small(), big(latency=_late_model(1.0))]).variant == "big"
+
+
+def test_prefill_arriving_on_a_variant_slows_its_decode_and_spills_tight_tpot_requests():
+    # big decodes at 40 ms/token alone; 500 prompt tokens/s (1 ms each) double it past the 50 ms target.
+    decision = decide(request(), [small(), big(prefill_tokens_per_s=500.0)])
+    assert decision.predictions["big"].tpot_ms == pytest.approx(80.0)
+    assert not decision.predictions["big"].meets_slo
+    assert decision.variant == "small"
+
+
+def test_near_equal_quality_variants_are_chosen_by_slack():
+    busy = big(name="big-a", running_requests=3)  # TPOT 43 ms of 45: meets, with less room
+    idle = big(name="big-b", quality=0.88)  # within the default 0.05 of big-a's quality
+    decision = decide(request(), [busy, idle])
+    assert decision.variant == "big-b"
+    assert decision.predictions["big-b"].slack > decision.predictions["big-a"].slack
+    # With no tolerance the better quality wins while it meets the SLO.
+    assert decide(request(), [busy, idle], quality_tolerance=0.0).variant == "big-a"
+
+
+def test_lowest_cost_breaks_ties_by_slack():
+    a = small(name="small-a", running_requests=12)
+    b = small(name="small-b")
+    decision = decide(request(), [big(), a, b], objective="cost")
+    assert decision.variant == "small-b"
+    assert decision.reason == Reason.SLO_MET_LOWEST_COST

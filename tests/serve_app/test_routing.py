@@ -112,3 +112,30 @@ async def test_starting_replicas_are_not_routed_to_and_a_gone_variant_means_unav
     assert decision.rejected
     assert decision.reject_status == 503  # unavailable for now, not "too long"
     assert table.decide(RequestFeatures(prompt_tokens=20, max_tokens=8)).variant == "tiny"
+
+
+def test_ticket_headers_and_unstarted_prompts_show_in_the_views(table):
+    table._snapshot = {"tiny": [_replica("a")]}
+    decision = table.decide(RequestFeatures(prompt_tokens=20, max_tokens=8))
+    ticket = table.open("tiny", 20, decision.predictions["tiny"], max_tokens=8)
+    assert set(ticket.headers()) == {"x-route-predicted-ttft-ms", "x-route-predicted-tpot-ms"}
+    view = next(v for v in table.views() if v.name == "tiny")
+    assert (view.unstarted_requests, view.unstarted_prompt_tokens) == (1, 20)
+    table.first_token(ticket)
+    view = next(v for v in table.views() if v.name == "tiny")
+    assert (view.unstarted_requests, view.unstarted_prompt_tokens) == (0, 0)
+
+
+def test_a_timeout_without_a_first_token_teaches_the_time_waited(table):
+    table._snapshot = {"tiny": [_replica("a")]}
+    decision = table.decide(RequestFeatures(prompt_tokens=20, max_tokens=8))
+    model = table._models["tiny"]
+    prediction = decision.predictions["tiny"]
+    for _ in range(20):
+        ticket = table.open("tiny", 20, prediction, max_tokens=8)
+        ticket.start = time.monotonic() - 60.0  # waited a minute, then timed out
+        table.close(ticket, 0, ok=False)
+    assert table.decide(RequestFeatures(prompt_tokens=20, max_tokens=8)).predictions["tiny"].ttft_ms > 10 * (
+        prediction.ttft_ms
+    )
+    assert model.ttft_margin > 0

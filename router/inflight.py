@@ -1,0 +1,217 @@
+"""The ingress's own book of routed requests: what they add to the load views, and what they teach.
+
+Pure bookkeeping with the clock passed in (``now``, seconds on any monotonic clock), so that the serve
+app (``time.monotonic()``) and the simulator (simulated time) run the same code.
+
+Per variant it keeps, cheaply enough for every decision:
+
+* open requests and their prompt tokens (``inflight``), and the ones with no first token yet
+  (``unstarted``): prefill work that is certainly still ahead of a new request;
+* per ticket its send time, so that :meth:`InflightBook.annotate` can tell which unstarted prompts were
+  sent after an engine report was taken (a report cannot hold them yet);
+* a decaying rate of prompt tokens sent (``prefill_tokens_per_s``): the prefill a new request's decode
+  steps will share; and a running total, from which each request measures the prefill its own decode
+  steps actually shared (the TPOT model's interference feature);
+* sums over decoding requests of ``max_tokens``, predicted speed and first-token times, from which the
+  mean decode work they have left follows in O(1) (each progressing at its predicted TPOT).
+
+Feedback: TTFT is learned at the first token (not at the end of a long answer); TPOT at the close;
+failures and timeouts teach a *censored* value — the time already waited is a lower bound, which moves
+the model only when it is above the prediction (see ``LatencyModel``), so the worst cases are not
+silently dropped while an early client disconnect teaches nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+from router.latency import LatencyModel
+from router.types import Prediction, VariantView
+
+# Time constant of the prompt-token rate: long enough to smooth single arrivals, short enough to follow
+# a spike within a few seconds (a request's decode lasts seconds).
+RATE_TIME_CONSTANT_S = 5.0
+
+
+@dataclass(slots=True, eq=False)
+class RouteTicket:
+    """One routed request: what its decision assumed, and its times as they come back."""
+
+    variant: str
+    prompt_tokens: int
+    prediction: Prediction | None
+    start: float
+    max_tokens: int = 0
+    replicas: int = 1  # serving replicas when it was sent: the share of the variant's prefill it sees
+    first_token_at: float | None = None
+    prefill_sent_at_first_token: float = 0.0  # the variant's prompt-token total when its decode began
+    done: bool = False
+
+    def headers(self) -> dict[str, str]:
+        """``x-route-predicted-ttft-ms`` / ``x-route-predicted-tpot-ms`` of the chosen variant (empty
+        without a prediction): the mean predictions, which a client can compare with what it measures."""
+        if self.prediction is None:
+            return {}
+        return {
+            "x-route-predicted-ttft-ms": f"{self.prediction.ttft_ms:.0f}",
+            "x-route-predicted-tpot-ms": f"{self.prediction.tpot_ms:.1f}",
+        }
+
+
+@dataclass(slots=True)
+class _VariantBook:
+    requests: int = 0
+    prompt_tokens: int = 0
+    unstarted: dict[int, RouteTicket] = field(default_factory=dict)  # id(ticket) -> ticket
+    unstarted_prompt_tokens: int = 0
+    decoding: int = 0  # started, not closed, more than one token asked for
+    decoding_max_tokens: float = 0.0  # sum of their max_tokens - 1
+    decoding_rate: float = 0.0  # sum of their predicted tokens per second
+    decoding_rate_first_at: float = 0.0  # sum of first-token time x predicted tokens per second
+    prefill_sent: float = 0.0  # prompt tokens sent, ever
+    rate: float = 0.0  # prompt tokens per second, decaying
+    rate_at: float = 0.0
+
+    def decayed_rate(self, now: float) -> float:
+        return self.rate * math.exp(-max(0.0, now - self.rate_at) / RATE_TIME_CONSTANT_S)
+
+
+class InflightBook:
+    """The routed requests of one ingress, per variant, and the latency models they train."""
+
+    def __init__(self, models: dict[str, LatencyModel]) -> None:
+        self.models = models
+        self._books = {name: _VariantBook() for name in models}
+
+    # ------------------------------------------------------------------ requests
+
+    def open(
+        self,
+        variant: str,
+        prompt_tokens: int,
+        prediction: Prediction | None,
+        now: float,
+        *,
+        max_tokens: int = 0,
+        replicas: int = 1,
+    ) -> RouteTicket:
+        book = self._books[variant]
+        book.requests += 1
+        book.prompt_tokens += prompt_tokens
+        book.unstarted_prompt_tokens += prompt_tokens
+        book.rate = book.decayed_rate(now) + prompt_tokens / RATE_TIME_CONSTANT_S
+        book.rate_at = now
+        book.prefill_sent += prompt_tokens
+        ticket = RouteTicket(variant, prompt_tokens, prediction, now, max_tokens, max(replicas, 1))
+        book.unstarted[id(ticket)] = ticket
+        return ticket
+
+    def first_token(self, ticket: RouteTicket, now: float) -> None:
+        """The request's first token reached the ingress: its prefill is done; TTFT is learned now."""
+        if ticket.first_token_at is not None or ticket.done:
+            return
+        ticket.first_token_at = now
+        book = self._books[ticket.variant]
+        self._started(book, ticket)
+        ticket.prefill_sent_at_first_token = book.prefill_sent
+        if ticket.max_tokens > 1:
+            speed = self._tokens_per_s(ticket)
+            book.decoding += 1
+            book.decoding_max_tokens += ticket.max_tokens - 1
+            book.decoding_rate += speed
+            book.decoding_rate_first_at += now * speed
+        pred = ticket.prediction
+        if pred is not None:
+            self.models[ticket.variant].observe_ttft(
+                ticket.prompt_tokens,
+                1000.0 * (now - ticket.start),
+                queued_tokens_ahead=pred.queued_tokens_ahead,
+                waiting_for_slot=pred.waiting_for_slot,
+                batch_size=pred.batch_size,
+                predicted_ms=pred.ttft_ms,
+            )
+
+    def close(self, ticket: RouteTicket, completion_tokens: int, now: float, *, ok: bool) -> None:
+        """Ends a ticket once. A success teaches TPOT; a failure teaches the time waited as a lower bound
+        (of TTFT before a first token, of TPOT after it)."""
+        if ticket.done:
+            return
+        ticket.done = True
+        book = self._books[ticket.variant]
+        book.requests -= 1
+        book.prompt_tokens -= ticket.prompt_tokens
+        pred = ticket.prediction
+        model = self.models[ticket.variant]
+        if ticket.first_token_at is None:
+            self._started(book, ticket)
+            if not ok and pred is not None:
+                model.observe_ttft(
+                    ticket.prompt_tokens,
+                    1000.0 * (now - ticket.start),
+                    queued_tokens_ahead=pred.queued_tokens_ahead,
+                    waiting_for_slot=pred.waiting_for_slot,
+                    batch_size=pred.batch_size,
+                    predicted_ms=pred.ttft_ms,
+                    censored=True,
+                )
+            return
+        if ticket.max_tokens > 1:
+            speed = self._tokens_per_s(ticket)
+            book.decoding -= 1
+            book.decoding_max_tokens -= ticket.max_tokens - 1
+            book.decoding_rate -= speed
+            book.decoding_rate_first_at -= ticket.first_token_at * speed
+        if pred is None:
+            return
+        decode_s = now - ticket.first_token_at
+        # A failed stream has decoded at most max_tokens - 1 tokens in decode_s: a lower bound of TPOT.
+        steps = completion_tokens - 1 if ok else max(ticket.max_tokens - 1, completion_tokens - 1)
+        if steps < 1 or decode_s <= 0:
+            return
+        shared = (book.prefill_sent - ticket.prefill_sent_at_first_token) / ticket.replicas
+        model.observe_tpot(
+            1000.0 * decode_s / steps,
+            pred.batch_size,
+            prefill_tokens_per_step=shared / steps,
+            predicted_ms=pred.tpot_ms,
+            censored=not ok,
+        )
+
+    def _tokens_per_s(self, ticket: RouteTicket) -> float:
+        pred = ticket.prediction
+        tpot_ms = pred.tpot_ms if pred is not None else self.models[ticket.variant].predict_tpot_ms(1.0)
+        return 1000.0 / max(tpot_ms, 1e-6)
+
+    @staticmethod
+    def _started(book: _VariantBook, ticket: RouteTicket) -> None:
+        if book.unstarted.pop(id(ticket), None) is not None:
+            book.unstarted_prompt_tokens -= ticket.prompt_tokens
+
+    # ------------------------------------------------------------------ views
+
+    def annotate(self, view: VariantView, now: float, report_at: float | None) -> VariantView:
+        """``view`` (engine figures as of ``report_at``; None: no report) with this ingress's own load."""
+        book = self._books.get(view.name)
+        if book is None:
+            return view
+        fresh = 0
+        if report_at is not None:
+            fresh = sum(t.prompt_tokens for t in book.unstarted.values() if t.start > report_at)
+        tokens_left = None
+        if book.decoding > 0:
+            # Each decoding request has progressed (now - first token) at its predicted TPOT; summed in O(1).
+            # One that outran its prediction counts negative, so the mean is floored, not each term.
+            progressed = now * book.decoding_rate - book.decoding_rate_first_at
+            tokens_left = max(1.0, (book.decoding_max_tokens - progressed) / book.decoding)
+        return replace(
+            view,
+            inflight=book.requests,
+            inflight_prompt_tokens=book.prompt_tokens,
+            report_age_ms=0.0 if report_at is None else max(0.0, 1000.0 * (now - report_at)),
+            unstarted_requests=len(book.unstarted),
+            unstarted_prompt_tokens=book.unstarted_prompt_tokens,
+            fresh_prompt_tokens=fresh,
+            prefill_tokens_per_s=book.decayed_rate(now),
+            decode_tokens_left=tokens_left,
+        )

@@ -1,0 +1,122 @@
+"""router.inflight: the ingress's own tickets in the load views, and the feedback they give the models."""
+
+from __future__ import annotations
+
+import pytest
+
+from router import LatencyModel, Load, Prediction
+from router.inflight import InflightBook, RouteTicket
+from tests.router.views import BIG_PROFILE, big
+
+
+def book() -> InflightBook:
+    return InflightBook({"big": LatencyModel(BIG_PROFILE)})
+
+
+def _idle() -> Load:
+    return Load(running=0.0, queued=0.0, queued_prompt_tokens=0.0, waiting_for_slot=0.0, max_running=16)
+
+
+def prediction(ttft_ms: float = 100.0, tpot_ms: float = 40.0) -> Prediction:
+    return Prediction(ttft_ms=ttft_ms, tpot_ms=tpot_ms, meets_slo=True, batch_size=1.0)
+
+
+def test_unstarted_prompts_count_until_the_first_token_and_fresh_ones_only_after_the_report():
+    b = book()
+    early = b.open("big", 300, prediction(), now=10.0)
+    late = b.open("big", 500, prediction(), now=10.5)
+
+    view = b.annotate(big(), now=10.6, report_at=10.2)
+    assert (view.unstarted_requests, view.unstarted_prompt_tokens) == (2, 800)
+    assert view.fresh_prompt_tokens == 500  # only `late` was sent after the report was taken
+    assert view.report_age_ms == pytest.approx(400.0)
+
+    b.first_token(early, now=10.7)
+    b.first_token(late, now=10.8)
+    view = b.annotate(big(), now=10.9, report_at=10.2)
+    assert (view.unstarted_requests, view.unstarted_prompt_tokens, view.fresh_prompt_tokens) == (0, 0, 0)
+    assert (view.inflight, view.inflight_prompt_tokens) == (2, 800)
+
+
+def test_a_ticket_closes_once_even_without_a_first_token():
+    b = book()
+    ticket = b.open("big", 300, None, now=0.0)
+    b.close(ticket, 0, now=1.0, ok=False)
+    b.close(ticket, 0, now=1.0, ok=False)
+    view = b.annotate(big(), now=1.0, report_at=None)
+    assert (view.inflight, view.unstarted_prompt_tokens) == (0, 0)
+
+
+def test_the_prompt_token_rate_rises_with_dispatches_and_decays_without():
+    b = book()
+    for i in range(10):
+        b.open("big", 1000, None, now=i * 0.1)
+    busy = b.annotate(big(), now=1.0, report_at=None).prefill_tokens_per_s
+    later = b.annotate(big(), now=30.0, report_at=None).prefill_tokens_per_s
+    assert busy > 1000.0
+    assert later < busy / 100
+
+
+def test_decode_work_left_falls_as_requests_progress():
+    b = book()
+    ticket = b.open("big", 10, prediction(tpot_ms=10.0), now=0.0, max_tokens=101)
+    assert b.annotate(big(), now=0.0, report_at=None).decode_tokens_left is None  # nothing decoding yet
+    b.first_token(ticket, now=0.1)
+    assert b.annotate(big(), now=0.1, report_at=None).decode_tokens_left == pytest.approx(100.0)
+    assert b.annotate(big(), now=0.6, report_at=None).decode_tokens_left == pytest.approx(50.0)
+    assert b.annotate(big(), now=5.0, report_at=None).decode_tokens_left == pytest.approx(1.0)  # floored
+
+
+def test_ttft_is_learned_at_the_first_token():
+    b = book()
+    model = b.models["big"]
+    before = model.predict_ttft_ms(100, _idle())
+    for i in range(30):
+        ticket = b.open("big", 100, prediction(ttft_ms=before), now=float(i))
+        b.first_token(ticket, now=i + 1.0)  # 1000 ms, far slower than the ~150 ms predicted
+    assert model.predict_ttft_ms(100, _idle()) > 2 * before
+    assert model.ttft_margin > 0  # outcomes above the decision-time predictions widen the margin
+
+
+def test_a_timeout_before_the_first_token_teaches_a_lower_bound():
+    b = book()
+    model = b.models["big"]
+    before = model.predict_ttft_ms(100, _idle())
+    for i in range(30):
+        ticket = b.open("big", 100, prediction(ttft_ms=before), now=float(i))
+        b.close(ticket, 0, now=i + 5.0, ok=False)  # gave up after 5 s without a token
+    assert model.predict_ttft_ms(100, _idle()) > 5 * before
+
+
+def test_an_early_failure_below_the_prediction_teaches_nothing():
+    b = book()
+    model = b.models["big"]
+    before = model.profile()
+    ticket = b.open("big", 100, prediction(ttft_ms=5000.0), now=0.0)
+    b.close(ticket, 0, now=0.01, ok=False)  # the client left after 10 ms
+    assert model.profile() == before
+    assert model.ttft_margin == 0.0
+
+
+def test_tpot_learns_the_prefill_its_decode_steps_shared():
+    b = book()
+    model = b.models["big"]
+    # Each request decodes 100 tokens while 100 x 500 prompt tokens arrive: 500 tokens per step, which at
+    # 1 ms per prompt token (BIG_PROFILE) adds ~500 ms a step. Observed TPOT: 40 + 500 ms.
+    t = 0.0
+    for _ in range(20):
+        ticket = b.open("big", 10, prediction(tpot_ms=40.0), now=t, max_tokens=101)
+        b.first_token(ticket, now=t + 0.05)
+        for k in range(100):
+            b.first_token(b.open("big", 500, None, now=t + 0.05 + k * 0.001), now=t + 0.06 + k * 0.001)
+        t += 0.05 + 100 * 0.54
+        b.close(ticket, 101, now=t, ok=True)
+    assert model.predict_tpot_ms(1.0) == pytest.approx(40.0, rel=0.2)  # decode alone stays as it was
+    # 500 tokens a 540 ms step is ~926 prompt tokens/s: the prediction under that rate matches what it saw.
+    assert model.predict_tpot_ms(1.0, prefill_tokens_per_s=500 / 0.54) == pytest.approx(540.0, rel=0.2)
+
+
+def test_ticket_headers_carry_the_chosen_prediction():
+    ticket = RouteTicket("big", 10, prediction(ttft_ms=123.4, tpot_ms=12.34), start=0.0)
+    assert ticket.headers() == {"x-route-predicted-ttft-ms": "123", "x-route-predicted-tpot-ms": "12.3"}
+    assert RouteTicket("big", 10, None, start=0.0).headers() == {}
