@@ -12,7 +12,6 @@ both, whichever way a request ends.
 from __future__ import annotations
 
 import asyncio
-import collections
 import itertools
 import logging
 import math
@@ -35,27 +34,10 @@ from engines.protocol import (
     GenerationRequest,
     validate_request,
 )
+from engines.rate import TokenRate
 from engines.stop_strings import StopStringMatcher
 
 logger = logging.getLogger(__name__)
-
-_TOKENS_PER_S_WINDOW_S = 5.0
-
-
-class _TokenRate:
-    """Generated tokens per second over a sliding window (cheap: one append per delivered chunk)."""
-
-    def __init__(self, window_s: float = _TOKENS_PER_S_WINDOW_S) -> None:
-        self._window_s = window_s
-        self._events: collections.deque[tuple[float, int]] = collections.deque()
-
-    def add(self, n: int, now: float) -> None:
-        self._events.append((now, n))
-
-    def rate(self, now: float) -> float:
-        while self._events and self._events[0][0] < now - self._window_s:
-            self._events.popleft()
-        return sum(n for _, n in self._events) / self._window_s
 
 
 class HFEngine(Engine):
@@ -71,7 +53,7 @@ class HFEngine(Engine):
         self._eos_ids: list[int] = []
         self._ids = itertools.count()
         self._live: set[str] = set()  # engine request ids registered with the manager
-        self._rate = _TokenRate()
+        self._rate = TokenRate()
         self._stopped = False
 
     # ---------------------------------------------------------------- lifecycle
