@@ -118,9 +118,7 @@ class SpikeArrivals(BaseModel):
     poisson: bool = Field(True, description="Poisson arrivals at the current rate; else evenly spaced.")
 
 
-ArrivalSpec = Annotated[
-    ConstantArrivals | PoissonArrivals | BurstArrivals | SpikeArrivals, Field(discriminator="kind")
-]
+ArrivalSpec = Annotated[ConstantArrivals | PoissonArrivals | BurstArrivals | SpikeArrivals, Field(discriminator="kind")]
 
 
 def arrival_times(spec: ArrivalSpec, seed: int) -> Iterator[float]:

@@ -67,9 +67,7 @@ class TargetConfig(BaseModel):
     @model_validator(mode="after")
     def _check(self) -> TargetConfig:
         if not self.allow_remote and not is_loopback(self.url):
-            raise ValueError(
-                f"{self.url} is not a loopback address; pass allow_remote to load a remote server"
-            )
+            raise ValueError(f"{self.url} is not a loopback address; pass allow_remote to load a remote server")
         return self
 
     @property
@@ -115,9 +113,7 @@ class _Stream:
 
     def take(self, payload: dict[str, Any], now: float, api: str) -> None:
         if "error" in payload:
-            error = (
-                payload["error"] if isinstance(payload["error"], dict) else {"message": str(payload["error"])}
-            )
+            error = payload["error"] if isinstance(payload["error"], dict) else {"message": str(payload["error"])}
             self.error_type = str(error.get("type") or "stream_error")
             self.error_message = str(error.get("message") or "")
             return

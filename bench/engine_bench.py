@@ -27,9 +27,7 @@ NAME = "engine"
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        NAME, help="engine alone, in-process: tokens/s and TTFT per model and concurrency"
-    )
+    p = subparsers.add_parser(NAME, help="engine alone, in-process: tokens/s and TTFT per model and concurrency")
     p.add_argument("--models", nargs="+", default=["builtin:tiny", "builtin:small"])
     p.add_argument("--concurrency", nargs="+", type=int, default=[1, 8, 32])
     p.add_argument("--prompt-tokens", type=int, default=64)
@@ -43,9 +41,7 @@ async def _one(engine: HFEngine, rid: str, prompt: list[int], max_tokens: int) -
     start = time.perf_counter()
     ttft = None
     tokens = 0
-    request = GenerationRequest(
-        rid, prompt, SamplingParams(max_tokens=max_tokens, ignore_eos=True, temperature=0.8)
-    )
+    request = GenerationRequest(rid, prompt, SamplingParams(max_tokens=max_tokens, ignore_eos=True, temperature=0.8))
     async for delta in engine.generate(request):
         if ttft is None and delta.token_ids:
             ttft = time.perf_counter() - start

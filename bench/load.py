@@ -80,9 +80,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     target.add_argument("--api-key", default=None, help="sent as a bearer token")
     target.add_argument("--allow-remote", action="store_true", help="allow a non-loopback URL")
     target.add_argument("--request-timeout-s", type=float, default=300.0, help="hard limit per request")
-    target.add_argument(
-        "--no-ignore-eos", dest="ignore_eos", action="store_false", help="do not send ignore_eos: true"
-    )
+    target.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false", help="do not send ignore_eos: true")
     target.add_argument("--extra-body", type=json.loads, default={}, help="JSON object merged into each body")
 
     when = p.add_argument_group("when (closed loop with --concurrency, else an arrival process)")
@@ -95,12 +93,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     when.add_argument("--spike-start-s", type=float, default=10.0)
     when.add_argument("--spike-duration-s", type=float, default=10.0)
     when.add_argument("--spike-even", action="store_true", help="evenly spaced spike arrivals, not Poisson")
-    when.add_argument(
-        "--trace", type=Path, default=None, help="replay a .jsonl/.csv trace (times and lengths)"
-    )
-    when.add_argument(
-        "--trace-speedup", type=float, default=1.0, help="replay the trace this many times faster"
-    )
+    when.add_argument("--trace", type=Path, default=None, help="replay a .jsonl/.csv trace (times and lengths)")
+    when.add_argument("--trace-speedup", type=float, default=1.0, help="replay the trace this many times faster")
     when.add_argument("--num-requests", type=int, default=None, help="send at most this many")
     when.add_argument("--duration-s", type=float, default=None, help="start no request after this")
 
@@ -234,9 +228,7 @@ async def drive(
 ) -> tuple[LoadResult, list[ReplicaSample]]:
     """Run the load and, beside it, the replica poller (when asked)."""
     clock = MonotonicClock()
-    async with httpx.AsyncClient(
-        limits=httpx.Limits(max_connections=None, max_keepalive_connections=None)
-    ) as client:
+    async with httpx.AsyncClient(limits=httpx.Limits(max_connections=None, max_keepalive_connections=None)) as client:
         stop = asyncio.Event()
         poller = (
             asyncio.create_task(

@@ -68,9 +68,7 @@ def slo_met(record: RequestRecord) -> bool:
     if record.slo_ttft_ms is not None and (record.ttft_s is None or record.ttft_s * 1e3 > record.slo_ttft_ms):
         return False
     return not (
-        record.slo_tpot_ms is not None
-        and record.tpot_s is not None
-        and record.tpot_s * 1e3 > record.slo_tpot_ms
+        record.slo_tpot_ms is not None and record.tpot_s is not None and record.tpot_s * 1e3 > record.slo_tpot_ms
     )
 
 
@@ -90,7 +88,5 @@ def read_jsonl(path: str | Path) -> list[RequestRecord]:
     """Read records back; unknown keys (from a newer writer) are ignored."""
     with Path(path).open() as f:
         return [
-            RequestRecord(**{k: v for k, v in json.loads(line).items() if k in _FIELDS})
-            for line in f
-            if line.strip()
+            RequestRecord(**{k: v for k, v in json.loads(line).items() if k in _FIELDS}) for line in f if line.strip()
         ]

@@ -33,11 +33,7 @@ def parse_variants(payload: Any, t_s: float) -> list[ReplicaSample]:
     variants = payload.get("variants") if isinstance(payload, dict) else None
     samples = []
     for entry in variants if isinstance(variants, list) else []:
-        if (
-            isinstance(entry, dict)
-            and isinstance(entry.get("name"), str)
-            and isinstance(entry.get("replicas"), int)
-        ):
+        if isinstance(entry, dict) and isinstance(entry.get("name"), str) and isinstance(entry.get("replicas"), int):
             samples.append(ReplicaSample(t_s=t_s, variant=entry["name"], replicas=entry["replicas"]))
     return samples
 
@@ -63,11 +59,7 @@ async def poll_variants(
     while not stop.is_set():
         try:
             response = await client.get(url, timeout=max(interval_s, 1.0))
-            answer = (
-                parse_variants(response.json(), clock.now() - run_start)
-                if response.status_code == 200
-                else None
-            )
+            answer = parse_variants(response.json(), clock.now() - run_start) if response.status_code == 200 else None
         except (httpx.HTTPError, json.JSONDecodeError):
             answer = None
         if answer is None and first:

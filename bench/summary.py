@@ -63,9 +63,7 @@ class Summary(BaseModel):
     output_tokens: int = Field(description="Generated tokens of the requests that succeeded.")
     output_tokens_per_s: float
     ttft_ms: LatencyStats
-    itl_ms: LatencyStats = Field(
-        description="Gaps between streamed chunks (a chunk may hold several tokens)."
-    )
+    itl_ms: LatencyStats = Field(description="Gaps between streamed chunks (a chunk may hold several tokens).")
     tpot_ms: LatencyStats
     e2e_ms: LatencyStats
     errors_by_status: dict[str, int]

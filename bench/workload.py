@@ -228,9 +228,7 @@ _WORDS = [
 ]
 
 
-def make_prompt(
-    length: int, mode: str, token_id_range: tuple[int, int], rng: random.Random
-) -> list[int] | str:
+def make_prompt(length: int, mode: str, token_id_range: tuple[int, int], rng: random.Random) -> list[int] | str:
     if mode == "token_ids":
         low, high = token_id_range
         return [rng.randrange(low, high) for _ in range(length)]
@@ -261,9 +259,7 @@ def build_requests(cfg: WorkloadConfig, send_times: Iterable[float | None]) -> I
         )
 
 
-def trace_requests(
-    cfg: WorkloadConfig, rows: Sequence[TraceRow], speedup: float = 1.0
-) -> Iterator[RequestSpec]:
+def trace_requests(cfg: WorkloadConfig, rows: Sequence[TraceRow], speedup: float = 1.0) -> Iterator[RequestSpec]:
     """Replay a trace: its times, its lengths and its tiers (a row without one gets the global SLO)."""
     prompts = random.Random(f"{cfg.seed}:prompts")
     times = arrivals.replay((r.timestamp for r in rows), speedup)

@@ -192,9 +192,7 @@ def clocked_transport(clock: ManualClock) -> httpx.MockTransport:
         api = "chat" if request.url.path.endswith("/chat/completions") else "completions"
         failure = error_response(body)
         if failure is not None:
-            return httpx.Response(
-                failure.status_code, headers=dict(failure.headers), content=bytes(failure.body)
-            )
+            return httpx.Response(failure.status_code, headers=dict(failure.headers), content=bytes(failure.body))
         return httpx.Response(
             200,
             headers={

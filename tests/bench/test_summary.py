@@ -31,9 +31,7 @@ def test_summary_by_hand():
         record(0, ttft_s=0.1, e2e_s=0.5, slo_tier="gold", variant="small"),
         record(1, ttft_s=0.3, e2e_s=0.9, slo_tier="gold", variant="small", slo_met=False),
         record(2, ttft_s=0.2, e2e_s=0.7, variant="large"),
-        record(
-            3, status=429, error_type="overloaded", ttft_s=None, e2e_s=0.01, output_tokens=0, slo_tier="gold"
-        ),
+        record(3, status=429, error_type="overloaded", ttft_s=None, e2e_s=0.01, output_tokens=0, slo_tier="gold"),
         record(4, status=429, error_type="overloaded", ttft_s=None, e2e_s=0.01, output_tokens=0),
         record(5, status=500, error_type="http_500", ttft_s=None, e2e_s=0.02, output_tokens=0),
         record(6, status=None, error_type="timeout", ttft_s=None, e2e_s=4.0, output_tokens=0),

@@ -459,9 +459,7 @@ def test_every_field_has_a_description():
     models = [
         value
         for value in vars(module).values()
-        if isinstance(value, type)
-        and issubclass(value, module.BaseModel)
-        and value.__module__ == module.__name__
+        if isinstance(value, type) and issubclass(value, module.BaseModel) and value.__module__ == module.__name__
     ]
     undocumented = [
         f"{model.__name__}.{name}"
