@@ -70,6 +70,12 @@ class HFEngineConfig(_Strict):
         None, description="Override transformers' attention kernel (for example 'sdpa_paged')."
     )
     seed: int = Field(0, description="Seed of the engine's sampler (transformers CB has one generator).")
+    hang_timeout_s: float = Field(
+        120.0,
+        gt=0,
+        description="The health check fails when requests are waiting or running but the batch loop has not "
+        "completed a step for this long (a hung engine), so Serve replaces the replica.",
+    )
     coalesce: CoalesceConfig = Field(default_factory=CoalesceConfig)
 
 

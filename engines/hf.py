@@ -54,6 +54,8 @@ class HFEngine(Engine):
         self._ids = itertools.count()
         self._live: set[str] = set()  # engine request ids registered with the manager
         self._rate = TokenRate()
+        self._last_step = -1  # the batch loop's step counter at the last health check, and when it last moved
+        self._last_step_at = time.monotonic()
         self._stopped = False
 
     # ---------------------------------------------------------------- lifecycle
@@ -153,6 +155,17 @@ class HFEngine(Engine):
         status = self._manager.background_thread_status
         if not self._manager.is_running() or status.fatal_error is not None:
             raise EngineDeadError(f"The engine's batch loop has stopped: {status.fatal_error or 'exited'}")
+        # A loop that is alive but stuck: work is pending and no step has completed for too long.
+        now = time.monotonic()
+        step = getattr(self._manager, "current_batch", 0)
+        stats = self.stats()
+        if step != self._last_step or not (stats.running_requests or stats.queued_requests):
+            self._last_step, self._last_step_at = step, now
+        elif now - self._last_step_at > self.config.hang_timeout_s:
+            raise EngineDeadError(
+                f"The engine's batch loop made no progress for {now - self._last_step_at:.0f} s "
+                f"with {stats.running_requests} running and {stats.queued_requests} queued requests."
+            )
 
     @property
     def context_length(self) -> int:

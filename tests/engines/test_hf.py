@@ -8,7 +8,7 @@ import contextlib
 import pytest
 
 from engines.config import HFEngineConfig
-from engines.errors import ContextTooLongError, InvalidRequestError, ModelNotFoundError
+from engines.errors import ContextTooLongError, EngineDeadError, InvalidRequestError, ModelNotFoundError
 from engines.hf import HFEngine
 from engines.protocol import GenerationRequest, SamplingParams
 
@@ -153,3 +153,26 @@ async def test_stats_report_kv_blocks_and_limits(engine):
     assert stats.context_length == engine.context_length
     assert stats.healthy
     await engine.check_health()
+
+
+async def test_a_hung_batch_loop_fails_the_health_check():
+    eng = HFEngine(HFEngineConfig(model="builtin:tiny", device="cpu", num_threads=1, hang_timeout_s=0.2))
+    await eng.start()
+    try:
+        await eng.check_health()
+        prompt = eng.tokenizer.encode("Hello")
+        with eng._manager.pause():  # the loop stops between steps, as a hung engine would
+            consumer = asyncio.create_task(_collect(eng, _request(prompt, rid="hung2", max_tokens=5)))
+            for _ in range(100):  # bounded: wait until the engine has the requests queued
+                if eng.stats().queued_requests or eng.stats().running_requests:
+                    break
+                await asyncio.sleep(0.05)
+            await eng.check_health()  # first sight of pending work starts the clock
+            await asyncio.sleep(0.5)
+            with pytest.raises(EngineDeadError, match="no progress"):
+                await eng.check_health()
+            consumer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await consumer
+    finally:
+        await eng.shutdown()
