@@ -62,3 +62,8 @@ def llm_url(serve_url, default_app_args) -> str:
 
     serve.run(build_app(default_app_args), name="llm", route_prefix="/")
     return serve_url
+
+
+def pytest_collection_modifyitems(config, items):
+    """Multi-node tests start their own Ray cluster, so they run before anything joins the shared one."""
+    items.sort(key=lambda item: 0 if item.get_closest_marker("multinode") else 1)
