@@ -81,7 +81,10 @@ class RoutingTable:
         for name, variant in self._variants.items():
             replicas = self._snapshot.get(name, [])
             if not replicas:
-                # No live report: the router sees a variant with no ready replica.
+                # No live report: no ready replica, but one is (or will be) starting: Serve restarts a dead
+                # replica, and a variant scaled to zero starts one as soon as a request waits at its handle.
+                # The router may send there only where `wait_for_starting_replicas` allows it, with the
+                # startup time in its TTFT prediction; the request is bounded by the request timeout.
                 views.append(
                     VariantView(
                         name=name,
@@ -89,6 +92,7 @@ class RoutingTable:
                         quality=variant.quality,
                         cost_per_1k_tokens=variant.cost_per_1k_tokens,
                         ready_replicas=0,
+                        starting_replicas=1,
                         max_running_requests=1,
                         latency=self._models[name],
                     )

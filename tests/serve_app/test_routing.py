@@ -93,7 +93,7 @@ def test_failed_requests_do_not_train(table):
     assert model.profile() == before
 
 
-async def test_starting_replicas_are_not_routed_to_and_a_gone_variant_means_unavailable(table):
+async def test_a_variant_without_a_ready_replica_is_starting_not_gone(table):
     snapshots = [
         {"tiny": [_replica("a")], "small": [_replica("b", context_length=4096)]},
         # small's only replica restarts: it reports no context length until its engine is up
@@ -107,10 +107,19 @@ async def test_starting_replicas_are_not_routed_to_and_a_gone_variant_means_unav
     await table.refresh()
     await table.refresh()
     assert "small" not in table._snapshot
+    small = next(v for v in table.views() if v.name == "small")
+    assert (small.ready_replicas, small.starting_replicas, small.context_length) == (0, 1, 4096)
     long_prompt = RequestFeatures(prompt_tokens=2000, max_tokens=8)  # only small's context holds it
+    # Waiting for the starting replica is allowed by default: the request goes there, its TTFT carrying startup.
     decision = table.decide(long_prompt)
-    assert decision.rejected
-    assert decision.reject_status == 503  # unavailable for now, not "too long"
+    assert decision.variant == "small"
+    assert decision.predictions["small"].ttft_ms >= table.config.router.replica_startup_ms
+    # Without waiting, the answer is "unavailable, retry" (503), not "too long" (400).
+    table.config = table.config.model_copy(
+        update={"router": table.config.router.model_copy(update={"wait_for_starting_replicas": False})}
+    )
+    decision = table.decide(long_prompt)
+    assert decision.rejected and decision.reject_status == 503
     assert table.decide(RequestFeatures(prompt_tokens=20, max_tokens=8)).variant == "tiny"
 
 
