@@ -10,6 +10,7 @@ import math
 import os
 from collections.abc import AsyncIterator
 
+import ray
 from ray import serve
 
 from engines.factory import make_engine
@@ -49,7 +50,12 @@ class EngineDeployment:
                 yield delta
 
     def info(self) -> dict:
-        return {"name": self.variant.name, "context_length": self.engine.context_length, "pid": os.getpid()}
+        return {
+            "name": self.variant.name,
+            "context_length": self.engine.context_length,
+            "pid": os.getpid(),
+            "node": ray.get_runtime_context().get_node_id(),
+        }
 
     def stats(self) -> dict:
         return dataclasses.asdict(self.engine.stats())

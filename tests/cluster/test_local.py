@@ -2,7 +2,8 @@
 the right GPUs, a TP4 replica's GPUs are on one node, one-GPU replicas spread, and a variant asking for an
 accelerator type no node has fails the deploy-time check with a clear message instead of hanging.
 
-The replicas are a small probe class, not the LLM engine: what is tested is Ray's placement of the options
+The replicas are a small probe class, not the LLM engine (except the last test, which serves the default app
+across both nodes): what is tested is Ray's placement of the options
 this project produces. Logical GPUs prove placement and CUDA_VISIBLE_DEVICES; whether an engine then runs
 on those GPUs needs real ones (issue 12).
 """
@@ -25,6 +26,7 @@ from cluster.feasibility import ensure_feasible_on_live_cluster
 from cluster.local import LocalClusterSpec, local_cluster
 from engines.errors import EngineConfigError
 from serve_app.config import VariantConfig, load_app_config
+from tests.conftest import REPO, free_port
 
 pytestmark = pytest.mark.multinode
 
@@ -102,7 +104,8 @@ def cluster() -> Iterator[Any]:
     with local_cluster(SPEC) as started:
         ray.init(address=started.address, log_to_driver=False, namespace="multinode")
         try:
-            serve.start(proxy_location="Disabled")
+            started.http_port = free_port()  # type: ignore[attr-defined]
+            serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": started.http_port})
             yield started
         finally:
             serve.shutdown()
@@ -152,3 +155,32 @@ def test_missing_accelerator_type_fails_the_deploy_check_instead_of_hanging(clus
         ensure_feasible_on_live_cluster(config)
 
     assert "needs-a100: needs accelerator type 'A100' but no node has it (the cluster has H100)" in info.value.message
+
+
+def test_the_default_app_serves_across_nodes(cluster):
+    """serve_config.yaml's app with each variant sized to need most of a node: the two engines land on
+    different nodes, and the one HTTP endpoint streams from both."""
+    import httpx
+    import yaml
+
+    from serve_app.app import build_app
+
+    args = yaml.safe_load((REPO / "serve_config.yaml").read_text())["applications"][0]["args"]
+    for v in args["variants"]:
+        v["resources"] = {"num_cpus": 1.5}  # 2 CPUs per node: one engine per node
+        v.pop("autoscaling", None)
+        v["num_replicas"] = 1
+    serve.run(build_app(args), name="default", route_prefix="/default")
+    try:
+        nodes = {}
+        for v in args["variants"]:
+            handle = serve.get_deployment_handle(f"variant-{v['name']}", app_name="default")
+            nodes[v["name"]] = handle.info.remote().result()["node"]
+        assert len(set(nodes.values())) == 2, nodes
+        url = f"http://127.0.0.1:{cluster.http_port}/default/v1/completions"
+        for v in args["variants"]:
+            r = httpx.post(url, json={"model": v["name"], "prompt": "Hi", "max_tokens": 3}, timeout=120)
+            assert r.status_code == 200, r.text
+            assert r.headers["x-route-variant"] == v["name"]
+    finally:
+        serve.delete("default")
