@@ -30,8 +30,6 @@ import json
 import math
 import os
 import re
-import shutil
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -39,6 +37,7 @@ from importlib import resources
 from pathlib import Path
 
 from engines.errors import EngineConfigError, ModelNotFoundError
+from engines.model_cache import build_once
 
 BUILTIN_PREFIX = "builtin:"
 # Bump when the way files are generated changes, so that stale caches are not reused.
@@ -147,34 +146,7 @@ def builtin_dir(name: str) -> Path:
 
 def ensure_builtin(name: str) -> Path:
     """Generates the builtin model ``name`` unless it is cached, and returns its directory."""
-    target = builtin_dir(name)
-    if target.is_dir():
-        return target
-    import filelock  # installed with transformers (huggingface_hub); imported late to keep imports light
-
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        # The lock only saves duplicate work; correctness comes from the atomic rename below, which
-        # also holds where file locks do not (some network file systems).
-        with filelock.FileLock(str(target) + ".lock"):
-            if target.is_dir():
-                return target
-            tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-            try:
-                _build(builtin_spec(name), tmp)
-                tmp.chmod(0o755)  # mkdtemp makes it private; the cache may be shared by several users
-                os.rename(tmp, target)
-            except OSError:
-                if not target.is_dir():  # not just "someone else finished first"
-                    raise
-            finally:
-                shutil.rmtree(tmp, ignore_errors=True)
-    except OSError as e:
-        raise EngineConfigError(
-            f"Cannot generate {BUILTIN_PREFIX}{name} under {target.parent}: {e}. "
-            "Point VARIANT_SERVE_CACHE at a writable directory."
-        ) from e
-    return target
+    return build_once(builtin_dir(name), lambda tmp: _build(builtin_spec(name), tmp), what=f"{BUILTIN_PREFIX}{name}")
 
 
 def corpus_text() -> str:

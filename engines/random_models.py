@@ -18,14 +18,12 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from engines.errors import EngineConfigError, ModelNotFoundError
+from engines.errors import ModelNotFoundError
+from engines.model_cache import build_once
 
 RANDOM_PREFIX = "random:"
 # Bump when the way files are generated changes, so that stale caches are not reused.
@@ -81,33 +79,7 @@ def resolve_random(model: str) -> Path:
 
 def ensure_random(name: str) -> Path:
     """Generates the random model ``name`` unless it is cached, and returns its directory."""
-    target = random_dir(name)
-    if target.is_dir():
-        return target
-    import filelock  # installed with transformers (huggingface_hub)
-
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        # The lock only saves duplicate work (16 GB for 8B); the atomic rename is what keeps readers safe.
-        with filelock.FileLock(str(target) + ".lock"):
-            if target.is_dir():
-                return target
-            tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-            try:
-                _build(random_shape(name), tmp)
-                tmp.chmod(0o755)
-                os.rename(tmp, target)
-            except OSError:
-                if not target.is_dir():
-                    raise
-            finally:
-                shutil.rmtree(tmp, ignore_errors=True)
-    except OSError as e:
-        raise EngineConfigError(
-            f"Cannot generate {RANDOM_PREFIX}{name} under {target.parent}: {e}. "
-            "Point VARIANT_SERVE_CACHE at a writable directory with room for the weights."
-        ) from e
-    return target
+    return build_once(random_dir(name), lambda tmp: _build(random_shape(name), tmp), what=f"{RANDOM_PREFIX}{name}")
 
 
 def _cache_key(shape: RandomShape) -> str:
