@@ -141,6 +141,21 @@ class RouterConfig(_Strict):
         description="Objective 'quality': variants meeting the SLO whose quality is within this of the best "
         "one count as equal, and the one with the most room under the SLO takes the request.",
     )
+    reserve_slack: float = Field(
+        0.5,
+        ge=0,
+        lt=1,
+        description="Capacity reservation (policy 'slo'): a variant that recently was the only one able to "
+        "take some requests (by context, or by SLO) is kept for them while a typical such request would "
+        "find less than this fraction of its TTFT target free; requests that other variants can serve "
+        "within their SLO go there instead. 0 turns reservations off.",
+    )
+    reservation_window: int = Field(
+        500,
+        ge=1,
+        description="A reservation lapses when no request needed the variant exclusively within this many "
+        "routing decisions.",
+    )
     length_threshold_tokens: int = Field(
         1024,
         ge=1,

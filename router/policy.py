@@ -44,6 +44,7 @@ from router.baselines import BASELINES
 from router.config import RouterConfig
 from router.latency import Load
 from router.load import queue_bound, replica_load, serving_replicas
+from router.reservation import record_exclusive, reserve_room
 from router.types import Decision, Prediction, Reason, RequestFeatures, RouterState, VariantView
 
 
@@ -51,6 +52,7 @@ def route(
     request: RequestFeatures, variants: Sequence[VariantView], config: RouterConfig, state: RouterState
 ) -> Decision:
     """Picks the variant for ``request`` (see the module docstring for the rules)."""
+    state.decisions += 1
     if request.pinned is not None:
         return _route_pinned(request, variants, config)
 
@@ -71,7 +73,7 @@ def route(
     bound = queue_bound(request.priority, request.sheddable, config)
 
     if config.policy == "slo":
-        return _route_slo(request, candidates, loads, predictions, bound, config)
+        return _route_slo(request, candidates, loads, predictions, bound, config, state)
     choose, reason = BASELINES[config.policy]
     chosen = choose(request, candidates, loads, config, state)
     if loads[chosen.name].waiting_for_slot > bound:
@@ -122,26 +124,27 @@ def _route_slo(
     predictions: dict[str, Prediction],
     bound: float,
     config: RouterConfig,
+    state: RouterState,
 ) -> Decision:
     admissible = [v for v in candidates if loads[v.name].waiting_for_slot <= bound]
     if not admissible:
         return _reject_overloaded(predictions, config)
 
     meeting = [v for v in admissible if predictions[v.name].meets_slo]
+    if len(candidates) == 1 or len(meeting) == 1:
+        # Only this variant can take the request (by context, or by SLO now): it reserves room there.
+        only = candidates[0] if len(candidates) == 1 else meeting[0]
+        record_exclusive(state.exclusive, only.name, request, state.decisions)
     if meeting:
-        if config.objective == "quality":
-            floor = max(v.quality for v in meeting) - config.quality_tolerance
-            best = max(
-                (v for v in meeting if v.quality >= floor),
-                key=lambda v: (predictions[v.name].slack, v.quality, -predictions[v.name].ttft_ms),
-            )
-            return Decision(best.name, Reason.SLO_MET_BEST_QUALITY, predictions)
-        cheapest = min(v.cost_per_1k_tokens for v in meeting)
-        best = max(
-            (v for v in meeting if v.cost_per_1k_tokens <= cheapest),
-            key=lambda v: (predictions[v.name].slack, v.quality, -predictions[v.name].ttft_ms),
-        )
-        return Decision(best.name, Reason.SLO_MET_LOWEST_COST, predictions)
+        best, reason = _best_meeting(meeting, predictions, config)
+        if len(meeting) > 1 and config.reserve_slack > 0:
+            room = {v.name: _reserve_room(v, loads[v.name], request, state, config) for v in meeting}
+            free = [v for v in meeting if room[v.name] >= config.reserve_slack]
+            pool = free or [max(meeting, key=lambda v: room[v.name])]
+            kept, _ = _best_meeting(pool, predictions, config)
+            if kept.name != best.name:
+                best, reason = kept, Reason.SLO_MET_AROUND_RESERVATION
+        return Decision(best.name, reason, predictions)
 
     if config.on_violation == "reject":
         return Decision(
@@ -154,6 +157,35 @@ def _route_slo(
         )
     best = min(admissible, key=lambda v: (predictions[v.name].violation, -v.quality))
     return Decision(best.name, Reason.DEGRADED_SMALLEST_VIOLATION, predictions)
+
+
+def _best_meeting(
+    meeting: Sequence[VariantView], predictions: Mapping[str, Prediction], config: RouterConfig
+) -> tuple[VariantView, Reason]:
+    """The objective's pick among variants that meet the SLO; near-equal ones are split by slack."""
+
+    def by_slack(v: VariantView) -> tuple[float, float, float]:
+        return (predictions[v.name].slack, v.quality, -predictions[v.name].ttft_ms)
+
+    if config.objective == "quality":
+        floor = max(v.quality for v in meeting) - config.quality_tolerance
+        return max((v for v in meeting if v.quality >= floor), key=by_slack), Reason.SLO_MET_BEST_QUALITY
+    cheapest = min(v.cost_per_1k_tokens for v in meeting)
+    return max((v for v in meeting if v.cost_per_1k_tokens <= cheapest), key=by_slack), Reason.SLO_MET_LOWEST_COST
+
+
+def _reserve_room(
+    view: VariantView, load: Load, request: RequestFeatures, state: RouterState, config: RouterConfig
+) -> float:
+    return reserve_room(
+        view,
+        load,
+        request,
+        state.exclusive.get(view.name),
+        now=state.decisions,
+        window=config.reservation_window,
+        error_margin_scale=config.error_margin_scale,
+    )
 
 
 def _route_pinned(request: RequestFeatures, variants: Sequence[VariantView], config: RouterConfig) -> Decision:

@@ -9,8 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from router.latency import LatencyModel
+
+if TYPE_CHECKING:
+    from router.reservation import ExclusiveDemand
 
 
 class Reason(StrEnum):
@@ -19,6 +23,8 @@ class Reason(StrEnum):
     PINNED = "pinned"
     SLO_MET_BEST_QUALITY = "slo_met_best_quality"
     SLO_MET_LOWEST_COST = "slo_met_lowest_cost"
+    # Met elsewhere: the preferred variant was kept for requests that only it can take (router.reservation).
+    SLO_MET_AROUND_RESERVATION = "slo_met_around_reservation"
     DEGRADED_SMALLEST_VIOLATION = "degraded_smallest_violation"
     ROUND_ROBIN = "round_robin"
     LEAST_LOADED = "least_loaded"
@@ -129,3 +135,5 @@ class RouterState:
     """The only state the policy keeps between decisions; one per ingress replica."""
 
     round_robin_next: int = 0
+    decisions: int = 0  # routing decisions made so far: the clock of the reservations
+    exclusive: dict[str, ExclusiveDemand] = field(default_factory=dict)  # per variant (router.reservation)

@@ -1,0 +1,114 @@
+"""Capacity reservation in the SLO policy: requests that have another variant meeting their SLO leave a busy
+variant to the requests that only it can take (router/reservation.py), and never at the cost of their own SLO.
+
+Views (tests/router/views.py): ``big`` holds 8k tokens and prefills 1 token/ms after a 50 ms base; ``small``
+holds 2k, so a 3000-token prompt is exclusive to ``big``. Latency models start with no error margin, so the
+room a reservation computes is plain arithmetic: 1 - predicted / target.
+"""
+
+from __future__ import annotations
+
+from router import SLO, Reason, RequestFeatures, RouterConfig, RouterState, route
+from router.reservation import record_exclusive
+from tests.router.views import big, saturated, small
+
+LONG = SLO(ttft_ms=10_000.0, tpot_ms=100.0)  # a long prompt only big holds
+NO_SLO = SLO()  # a batch job
+INTERACTIVE = SLO(ttft_ms=300.0, tpot_ms=50.0)
+
+
+def request(prompt_tokens: int, slo: SLO) -> RequestFeatures:
+    return RequestFeatures(prompt_tokens=prompt_tokens, max_tokens=128, slo=slo)
+
+
+def busy_big(queued_prompt_tokens: int = 2000):
+    return big(queued_requests=2, queued_prompt_tokens=queued_prompt_tokens)
+
+
+def seen_a_long_prompt(config: RouterConfig) -> RouterState:
+    state = RouterState()
+    decision = route(request(3000, LONG), [small(), big()], config, state)
+    assert decision.variant == "big"
+    assert state.exclusive["big"].ttft_ms == LONG.ttft_ms
+    return state
+
+
+def test_a_batch_job_leaves_a_busy_big_model_to_the_long_prompts_only_it_holds():
+    config = RouterConfig()
+    state = seen_a_long_prompt(config)
+
+    # A long prompt arriving after the job on big: 50 + 3000 + 2000 queued + 1000 = 6050 ms of 10000.
+    decision = route(request(1000, NO_SLO), [small(), busy_big()], config, state)
+
+    assert decision.variant == "small"
+    assert decision.reason == Reason.SLO_MET_AROUND_RESERVATION
+
+
+def test_without_exclusive_demand_the_batch_job_takes_the_best_quality():
+    decision = route(request(1000, NO_SLO), [small(), busy_big()], RouterConfig(), RouterState())
+
+    assert decision.variant == "big"
+    assert decision.reason == Reason.SLO_MET_BEST_QUALITY
+
+
+def test_an_idle_big_model_still_takes_flexible_requests():
+    config = RouterConfig()
+    state = seen_a_long_prompt(config)
+
+    # 50 + 3000 + 1000 = 4050 ms of 10000 leaves 0.6 of the target: more than reserve_slack (0.5).
+    decision = route(request(1000, NO_SLO), [small(), big()], config, state)
+
+    assert decision.variant == "big"
+    assert decision.reason == Reason.SLO_MET_BEST_QUALITY
+
+
+def test_a_reservation_never_costs_a_request_its_own_slo():
+    config = RouterConfig()
+    state = seen_a_long_prompt(config)
+    slo = SLO(ttft_ms=5000.0)  # big meets it even busy; small, saturated, does not
+
+    decision = route(request(100, slo), [small(**saturated(queued=40)), busy_big()], config, state)
+
+    assert not decision.predictions["small"].meets_slo
+    assert decision.variant == "big"
+
+
+def test_a_reservation_lapses_when_no_exclusive_request_came_for_a_while():
+    config = RouterConfig(reservation_window=3)
+    state = seen_a_long_prompt(config)
+    for _ in range(3):
+        route(request(100, NO_SLO), [small(), busy_big()], config, state)
+
+    decision = route(request(1000, NO_SLO), [small(), busy_big()], config, state)
+
+    assert decision.variant == "big"
+
+
+def test_reserve_slack_zero_turns_reservations_off():
+    config = RouterConfig(reserve_slack=0.0)
+    state = seen_a_long_prompt(config)
+
+    decision = route(request(1000, NO_SLO), [small(), busy_big()], config, state)
+
+    assert decision.variant == "big"
+
+
+def test_when_every_variant_is_reserved_the_one_left_with_the_most_room_takes_the_request():
+    config = RouterConfig()
+    state = seen_a_long_prompt(config)
+    record_exclusive(state.exclusive, "small", request(100, INTERACTIVE), state.decisions)
+    # small after the job: 10 + (100 + 500 + 1000) x 0.1 = 170 ms of 300 (room 0.43); big: room 0.2.
+    variants = [small(queued_requests=1, queued_prompt_tokens=500), busy_big(queued_prompt_tokens=4000)]
+
+    decision = route(request(1000, NO_SLO), variants, config, state)
+
+    assert decision.variant == "small"
+    assert decision.reason == Reason.SLO_MET_AROUND_RESERVATION
+
+
+def test_requests_without_targets_reserve_nothing():
+    state = RouterState()
+
+    record_exclusive(state.exclusive, "big", request(3000, NO_SLO), decision=1)
+
+    assert state.exclusive == {}
