@@ -21,7 +21,7 @@ def request(prompt_tokens: int, slo: SLO) -> RequestFeatures:
     return RequestFeatures(prompt_tokens=prompt_tokens, max_tokens=128, slo=slo)
 
 
-def busy_big(queued_prompt_tokens: int = 2000):
+def busy_big(queued_prompt_tokens: int = 5000):
     return big(queued_requests=2, queued_prompt_tokens=queued_prompt_tokens)
 
 
@@ -37,7 +37,7 @@ def test_a_batch_job_leaves_a_busy_big_model_to_the_long_prompts_only_it_holds()
     config = RouterConfig()
     state = seen_a_long_prompt(config)
 
-    # A long prompt arriving after the job on big: 50 + 3000 + 2000 queued + 1000 = 6050 ms of 10000.
+    # A long prompt arriving after the job on big: 50 + 3000 + 5000 queued + 1000 = 9050 ms of 10000.
     decision = route(request(1000, NO_SLO), [small(), busy_big()], config, state)
 
     assert decision.variant == "small"
@@ -55,7 +55,7 @@ def test_an_idle_big_model_still_takes_flexible_requests():
     config = RouterConfig()
     state = seen_a_long_prompt(config)
 
-    # 50 + 3000 + 1000 = 4050 ms of 10000 leaves 0.6 of the target: more than reserve_slack (0.5).
+    # 50 + 3000 + 1000 = 4050 ms of 10000 leaves 0.6 of the target: more than reserve_slack (0.2).
     decision = route(request(1000, NO_SLO), [small(), big()], config, state)
 
     assert decision.variant == "big"
@@ -64,10 +64,13 @@ def test_an_idle_big_model_still_takes_flexible_requests():
 
 def test_a_reservation_never_costs_a_request_its_own_slo():
     config = RouterConfig()
-    state = seen_a_long_prompt(config)
-    slo = SLO(ttft_ms=5000.0)  # big meets it even busy; small, saturated, does not
+    state = RouterState()
+    record_exclusive(state.exclusive, "big", request(3000, SLO(ttft_ms=5000.0)), state.decisions)
+    # big: 50 + 100 + 1500 = 1650 ms meets 3000 (less 10% headroom), but leaves a long prompt 350 ms of 5000;
+    # small has 30 requests waiting for a slot ahead of this one and is predicted to miss.
+    variants = [small(**saturated(queued=30)), busy_big(queued_prompt_tokens=1500)]
 
-    decision = route(request(100, slo), [small(**saturated(queued=40)), busy_big()], config, state)
+    decision = route(request(100, SLO(ttft_ms=3000.0)), variants, config, state)
 
     assert not decision.predictions["small"].meets_slo
     assert decision.variant == "big"
@@ -97,8 +100,8 @@ def test_when_every_variant_is_reserved_the_one_left_with_the_most_room_takes_th
     config = RouterConfig()
     state = seen_a_long_prompt(config)
     record_exclusive(state.exclusive, "small", request(100, INTERACTIVE), state.decisions)
-    # small after the job: 10 + (100 + 500 + 1000) x 0.1 = 170 ms of 300 (room 0.43); big: room 0.2.
-    variants = [small(queued_requests=1, queued_prompt_tokens=500), busy_big(queued_prompt_tokens=4000)]
+    # small after the job: 10 + (100 + 1500 + 1000) x 0.1 = 270 ms of 300 (room 0.1); big: none left.
+    variants = [small(queued_requests=1, queued_prompt_tokens=1500), busy_big(queued_prompt_tokens=7000)]
 
     decision = route(request(1000, NO_SLO), variants, config, state)
 
