@@ -1,6 +1,7 @@
 """``python -m sim``: the built-in cluster scenario, or ``python -m sim calibrate`` against a real run.
 
-    python -m sim --json out.json [--out DIR] [--duration-s 3600] [--policies slo largest] [--scaling static]
+    python -m sim --json out.json [--scenario builtin|heterogeneous] [--rate-scale 1] [--out DIR]
+                  [--duration-s 3600] [--policies slo largest] [--scaling static]
     python -m sim calibrate --records records.jsonl --profile PROFILE [--replicas N] [--json out.json]
 
 PROFILE is a built-in name (``sim.profiles.BUILTIN_PROFILES``) or a JSON file of an
@@ -20,7 +21,7 @@ from bench.records import read_jsonl
 from sim.calibrate import calibrate, render
 from sim.profile import EngineProfile
 from sim.profiles import BUILTIN_PROFILES
-from sim.scenario import ALL_POLICIES, ALL_SCALING, DEFAULT_SCALING, builtin_scenario, run_matrix, table
+from sim.scenario import ALL_POLICIES, ALL_SCALING, SCENARIOS, run_matrix, table
 
 COMMANDS = ("run", "calibrate")
 
@@ -33,10 +34,17 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="the built-in scenario: every policy x scaling mode (the default command)")
     run.add_argument("--json", type=Path, default=None, help="write every run's summary and GPU-hours here")
     run.add_argument("--out", type=Path, default=None, help="also write each run as the bench does (plots)")
-    run.add_argument("--duration-s", type=float, default=3600.0)
+    run.add_argument(
+        "--scenario",
+        choices=sorted(SCENARIOS),
+        default="builtin",
+        help="builtin: 64 H200s, 1 h with a 5x spike (docs/sim.md); heterogeneous: 24 H200s whose variants "
+        "hold different contexts, steady traffic (router.reservation's case)",
+    )
+    run.add_argument("--duration-s", type=float, default=None, help="default: the scenario's own")
     run.add_argument("--rate-scale", type=float, default=1.0, help="multiply every stream's rate")
     run.add_argument("--policies", nargs="+", choices=ALL_POLICIES, default=list(ALL_POLICIES))
-    run.add_argument("--scaling", nargs="+", choices=ALL_SCALING, default=list(DEFAULT_SCALING))
+    run.add_argument("--scaling", nargs="+", choices=ALL_SCALING, default=None, help="default: the scenario's")
     run.add_argument("--workers", type=int, default=None, help="processes (default: one per CPU)")
 
     cal = sub.add_parser("calibrate", help="replay a bench run's records; simulated vs measured percentiles")
@@ -55,9 +63,9 @@ def load_profile(text: str) -> EngineProfile:
 
 
 def _run(args: argparse.Namespace) -> int:
-    scenario = builtin_scenario(args.duration_s, args.rate_scale).model_copy(
-        update={"policies": args.policies, "scaling": args.scaling}
-    )
+    make = SCENARIOS[args.scenario]
+    scenario = make(rate_scale=args.rate_scale) if args.duration_s is None else make(args.duration_s, args.rate_scale)
+    scenario = scenario.model_copy(update={"policies": args.policies, "scaling": args.scaling or scenario.scaling})
     started = time.perf_counter()
     runs = run_matrix(scenario, workers=args.workers, out=args.out)
     wall = time.perf_counter() - started

@@ -8,7 +8,8 @@ Each (policy, scaling) pair is one simulated run of the same traffic. Scaling mo
 
 :func:`builtin_scenario` is the issue's cluster: 64 H200s split between an INT4 8B pool (one GPU a
 replica) and an FP8 70B tensor-parallel-4 pool, an hour of chat, RAG and batch traffic whose rate
-jumps five-fold for ten minutes.
+jumps five-fold for ten minutes. :func:`heterogeneous_scenario` is a smaller fleet whose variants differ
+in what they can hold (an 8k-context 8B next to a 32k-context 70B), the case capacity reservation is for.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from bench.arrivals import SpikeArrivals
+from bench.arrivals import PoissonArrivals, SpikeArrivals
 from bench.summary import Summary, summarize
 from bench.workload import NormalLength, SloTier, WorkloadConfig
 from router import RouterConfig
@@ -270,3 +271,72 @@ def builtin_scenario(duration_s: float = 3600.0, rate_scale: float = 1.0) -> Sce
         ],
         router=router,
     )
+
+
+def heterogeneous_scenario(duration_s: float = 600.0, rate_scale: float = 1.0) -> Scenario:
+    """24 H200s: 8 one-GPU INT4 8B replicas built for 8k tokens, 4 FP8 70B TP4 replicas holding 32k; steady
+    chat (interactive), long-document RAG (standard; ~10k-token prompts, most fit only the 70B) and batch
+    jobs (no SLO) at 6 + 1 + 1 req/s times ``rate_scale``, with no spike.
+
+    Some requests here have one variant to go to, so where the others go decides whether those meet
+    their SLO: what ``router.reservation`` handles. Sweep ``rate_scale`` (1 to 9 spans idle to the 70B
+    pool's limit) to see attainment and quality per policy as load grows.
+    """
+    router = RouterConfig()
+    tiers = {
+        name: SloTier(name=name, weight=1.0, ttft_ms=t.ttft_ms, tpot_ms=t.tpot_ms) for name, t in router.tiers.items()
+    }
+    chat = WorkloadConfig(
+        input_len=NormalLength(mean=600, std=300, low=32, high=3000),
+        output_len=NormalLength(mean=200, std=80, low=16, high=800),
+        tiers=[tiers["interactive"]],
+    )
+    rag = WorkloadConfig(
+        input_len=NormalLength(mean=10000, std=4000, low=2000, high=28000),
+        output_len=NormalLength(mean=300, std=100, low=32, high=1000),
+        tiers=[tiers["standard"]],
+    )
+    batch = WorkloadConfig(
+        input_len=NormalLength(mean=2000, std=1000, low=100, high=6000),
+        output_len=NormalLength(mean=600, std=200, low=64, high=1500),
+        tiers=[tiers["batch"]],
+    )
+    short_8b = BUILTIN_PROFILES["llama-8b-int4-h200"].model_copy(update={"context_length": 8192})
+    pools = [
+        PoolSpec(
+            name="llama-8b-int4-8k",
+            profile=short_8b,
+            gpus=8,
+            quality=0.6,
+            cost_per_1k_tokens=0.02,
+            max_ongoing_requests=128,
+        ),
+        PoolSpec(
+            name="llama-70b-fp8",
+            profile="llama-70b-fp8-tp4-h200",
+            gpus=16,
+            quality=0.9,
+            cost_per_1k_tokens=0.15,
+            max_ongoing_requests=96,
+        ),
+    ]
+
+    def steady(name: str, rate: float, seed: int, workload: WorkloadConfig) -> Stream:
+        arrivals = PoissonArrivals(rate=rate)
+        return Stream(name=name, arrivals=arrivals, workload=workload.model_copy(update={"seed": seed}))
+
+    return Scenario(
+        name="heterogeneous: 24x H200, 8B INT4 (8k context) + 70B FP8 TP4 (32k), steady chat, long RAG, batch",
+        duration_s=duration_s,
+        pools=pools,
+        streams=[
+            steady("chat", 6.0 * rate_scale, 1, chat),
+            steady("rag", 1.0 * rate_scale, 2, rag),
+            steady("batch", 1.0 * rate_scale, 3, batch),
+        ],
+        router=router,
+        scaling=["static"],
+    )
+
+
+SCENARIOS = {"builtin": builtin_scenario, "heterogeneous": heterogeneous_scenario}

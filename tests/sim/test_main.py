@@ -64,3 +64,13 @@ def test_calibrate_reports_a_missing_profile_file(tmp_path, capsys):
     records.write_text("")
     assert main(["calibrate", "--records", str(records), "--profile", str(tmp_path / "nope.json")]) == 2
     assert "sim calibrate" in capsys.readouterr().err
+
+
+def test_the_heterogeneous_scenario_runs_from_the_command_line(tmp_path, capsys):
+    out = tmp_path / "out.json"
+    argv = ["--scenario", "heterogeneous", "--duration-s", "20", "--workers", "1", "--policies", "slo"]
+    assert main([*argv, "--json", str(out)]) == 0
+
+    payload = json.loads(out.read_text())
+    assert [(r["policy"], r["scaling"]) for r in payload["runs"]] == [("slo", "static")]
+    assert "| slo | static |" in capsys.readouterr().out
