@@ -1,9 +1,18 @@
-"""The HTTP front door: OpenAI routes, SSE streaming, and the translation of every error in one place.
+"""The front door: OpenAI routes over HTTP (SSE streaming) and the same API over gRPC, one pipeline for both.
 
-Routes stay thin: parse and validate the body, tokenize (the router needs the prompt length), pick a variant,
-then stream the variant's deltas as OpenAI chunks. An error before the first token is an HTTP error; after
-it, an SSE error event followed by ``data: [DONE]``. If the client goes away, Serve cancels this request and
-``_relay`` cancels the engine stream, which aborts the request inside the engine.
+Every generation request goes through one protocol-independent pipeline (``Ingress._start``, ``_deltas``,
+``_finish``): auth, parse and validate the body, tokenize (the router needs the prompt length), pick a
+variant, admit it against the key's limits, open the route ticket, wait for the first token, relay the
+deltas, then the bookkeeping (route feedback, metrics, the key's slot, the engine stream) exactly once. The
+protocols differ only in how they read the request and write the stream and errors:
+
+* HTTP: an error before the first token is an HTTP error (``errors.py``); after it, an SSE error event
+  followed by ``data: [DONE]``.
+* gRPC (``Generate``, ``Models``; Serve's gRPC proxy calls them by RPC name): messages from
+  ``grpc_format.py``, errors as gRPC statuses from ``grpc_errors.py``.
+
+If the client goes away, Serve cancels this request and the pipeline cancels the engine stream, which aborts
+the request inside the engine.
 """
 
 # No `from __future__ import annotations` here: FastAPI must resolve the route parameters' annotations.
@@ -12,13 +21,15 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import FastAPI, Request
 from ray import serve
 from ray.exceptions import ActorUnavailableError, RayActorError, RayTaskError
+from ray.serve.grpc_util import RayServegRPCContext
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
@@ -35,9 +46,11 @@ from engines.errors import (
 )
 from engines.protocol import Delta, GenerationRequest
 from router import Decision, Prediction, RequestFeatures, features_from_headers
+from serve_app import grpc_format
 from serve_app.auth import KeyStore, Principal
 from serve_app.config import AppConfig
 from serve_app.errors import PayloadTooLargeError, describe, error_body, error_response
+from serve_app.grpc_errors import grpc_status
 from serve_app.metrics import IngressMetrics, RequestRecorder
 from serve_app.openai_api import ChatCompletionRequest, CompletionRequest, parse_request
 from serve_app.openai_format import DONE, ResponseShape, openai_finish_reason, sse
@@ -49,11 +62,13 @@ logger = logging.getLogger("ray.serve")
 app = FastAPI(title="variant-serve", docs_url=None, redoc_url=None)
 
 
-def _request_id(request: Request) -> str:
-    """The id Serve's proxy uses for this request (the client's x-request-id when sent), so logs line up."""
+def _request_id(headers: Mapping[str, str]) -> str:
+    """The id Serve's proxy uses for this request (the client's x-request-id when sent), so logs line up.
+
+    Over gRPC, Serve's id is the client's ``request_id`` metadata when sent."""
     from ray.serve.context import _get_serve_request_context  # private, but the only way to read Serve's id
 
-    return request.headers.get("x-request-id") or _get_serve_request_context().request_id or f"req-{uuid.uuid4().hex}"
+    return headers.get("x-request-id") or _get_serve_request_context().request_id or f"req-{uuid.uuid4().hex}"
 
 
 def _unwrap(exc: BaseException) -> BaseException:
@@ -95,13 +110,25 @@ async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResp
 
 
 @dataclass(slots=True)
+class _Inbound:
+    """What the pipeline reads from a request, whichever protocol carried it."""
+
+    chat: bool
+    authorization: str | None  # "Bearer <key>": the HTTP header or the gRPC metadata
+    slo_headers: Mapping[str, str]  # x-slo-tier / x-slo-ttft-ms / x-slo-tpot-ms, as router.features_from_headers reads
+    read_body: Callable[[], Awaitable[Any]]  # the body as the HTTP API's JSON (parsed, not yet validated)
+
+
+@dataclass(slots=True)
 class _Flight:
     """Everything one request holds while it is in flight, released once by ``Ingress._finish``."""
 
     request_id: str
     deadline: float
     prompt_tokens: int = 0
-    headers: dict[str, str] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict)  # x-route-* (HTTP headers; gRPC's last message)
+    variant: str = ""
+    reason: str = ""  # the route decision's reason; empty until routed
     principal: Principal | None = None
     admitted: bool = False
     ticket: RouteTicket | None = None
@@ -111,6 +138,11 @@ class _Flight:
 
     def remaining(self) -> float:
         return max(0.0, self.deadline - time.monotonic())
+
+
+async def _ready(value: Any) -> Any:
+    """``value`` as an awaitable: a gRPC request's body is in hand when the pipeline asks for it."""
+    return value
 
 
 def _timeout_or(error: BaseException) -> BaseException:
@@ -148,13 +180,17 @@ class Ingress:
     @app.get("/v1/models")
     async def models(self, request: Request) -> dict:
         self._keys.authenticate(request.headers.get("authorization"))
-        names = [self.config.model_name] + [v.name for v in self.config.variants]
+        names = self._model_names()
         return {
             "object": "list",
             "data": [
                 {"id": n, "object": "model", "created": self._created, "owned_by": "variant-serve"} for n in names
             ],
         }
+
+    def _model_names(self) -> list[str]:
+        """The public model (routed), then every variant (a variant's name pins it)."""
+        return [self.config.model_name] + [v.name for v in self.config.variants]
 
     @app.get("/health")
     async def health(self) -> dict:
@@ -186,51 +222,19 @@ class Ingress:
     # ------------------------------------------------------------------ generation
 
     async def _generate(self, request: Request, *, chat: bool) -> Response:
-        flight = _Flight(
-            request_id=_request_id(request), deadline=time.monotonic() + self.config.limits.request_timeout_s
+        flight = self._new_flight(_request_id(request.headers))
+        inbound = _Inbound(
+            chat=chat,
+            authorization=request.headers.get("authorization"),
+            slo_headers=request.headers,
+            read_body=lambda: self._read_json(request),
         )
         try:
-            flight.principal = self._keys.authenticate(request.headers.get("authorization"))
-            body = await self._read_json(request)
-            req = parse_request(ChatCompletionRequest if chat else CompletionRequest, body)
-            pinned = self._check_model(req.model)
-            if chat:
-                prompt_ids = self._prompts.chat(req.messages)
-                max_tokens = req.effective_max_tokens()
-            else:
-                prompt_ids = self._prompts.completion(req.prompt)
-                max_tokens = req.max_tokens
-            max_tokens = self._check_max_tokens(max_tokens)
-            self._check_prompt_limit(len(prompt_ids))
-            flight.prompt_tokens = len(prompt_ids)
-            features = features_from_headers(
-                request.headers, len(prompt_ids), max_tokens, req.priority, pinned, self.config.router
-            )
-            variant, reason, prediction, rejection = await self._route(features)
-            flight.headers["x-route-reason"] = reason
-            self._metrics.route_decisions.inc(1, {"variant": variant or "none", "reason": reason})
-            if rejection is not None:
-                raise rejection
-            flight.headers["x-route-variant"] = variant
-            self._keys.admit(flight.principal, len(prompt_ids) + max_tokens, time.monotonic())
-            flight.admitted = True
-            flight.ticket = self._routing.open(variant, len(prompt_ids), prediction, max_tokens=max_tokens)
-            flight.headers.update(flight.ticket.headers())  # x-route-predicted-ttft-ms / -tpot-ms
-            flight.recorder = RequestRecorder(self._metrics, variant, features.slo.ttft_ms, features.slo.tpot_ms)
-            gen_request = GenerationRequest(flight.request_id, prompt_ids, req.sampling(max_tokens))
-            flight.stream = self._stream_handles[variant].generate.remote(gen_request)
-            async with asyncio.timeout(flight.remaining()):
-                first = await anext(flight.stream, None)
-            if first is None:
-                first = Delta(text="", token_ids=[], finish_reason="stop", prompt_tokens=len(prompt_ids))
-            self._routing.first_token(flight.ticket)
-            flight.recorder.chunk(first.completion_tokens)
+            req, first = await self._start(flight, inbound)
         except Exception as exc:
-            error = _timeout_or(_unwrap(exc))
-            status, _, _ = describe(error)
-            self._finish(flight, None, status)
+            error, (status, body, headers) = self._fail(flight, exc, None)
             logger.info("request %s rejected: %s %s", flight.request_id, status, error)
-            response = error_response(error)
+            response = JSONResponse(body, status_code=status, headers=headers)
             response.headers.update(flight.headers)
             return response
         except BaseException:
@@ -243,7 +247,6 @@ class Ingress:
             created=int(time.time()),
             chat=chat,
         )
-        logger.info("request %s -> %s (%s, %d prompt tokens)", flight.request_id, variant, reason, len(prompt_ids))
         if req.stream:
             return StreamingResponse(
                 self._relay(flight, first, shape, req.include_usage),
@@ -251,6 +254,175 @@ class Ingress:
                 headers={**flight.headers, "cache-control": "no-cache"},
             )
         return await self._collect(flight, first, shape)
+
+    async def _relay(
+        self, flight: _Flight, first: Delta, shape: ResponseShape, include_usage: bool
+    ) -> AsyncIterator[bytes]:
+        last = first
+        status = 499  # the client went away, unless the stream ends another way
+        try:
+            async with aclosing(self._deltas(flight, first)) as deltas:
+                async for delta in deltas:
+                    last = delta
+                    if delta.text or delta.finish_reason:
+                        yield sse(shape.chunk(delta.text, openai_finish_reason(delta.finish_reason)))
+            status = 200
+            if include_usage:
+                yield sse(shape.usage_chunk(last.prompt_tokens, last.completion_tokens))
+            yield DONE
+        except Exception as exc:  # after the first token: an error event, then [DONE]
+            error, (status, body, _) = self._fail(flight, exc, last)  # abort in the engine before telling the client
+            logger.warning("request %s failed mid-stream: %s", flight.request_id, error)
+            yield sse(body)
+            yield DONE
+        finally:
+            self._finish(flight, last, status)
+
+    async def _collect(self, flight: _Flight, first: Delta, shape: ResponseShape) -> Response:
+        parts = []
+        last = first
+        status = 499  # the client went away, unless the request ends another way
+        try:
+            async with aclosing(self._deltas(flight, first)) as deltas:
+                async for delta in deltas:
+                    parts.append(delta.text)
+                    last = delta
+            status = 200
+        except Exception as exc:
+            _, (status, body, headers) = self._fail(flight, exc, last)
+            return JSONResponse(body, status_code=status, headers=headers)
+        finally:
+            self._finish(flight, last, status)
+        body = shape.full(
+            "".join(parts), openai_finish_reason(last.finish_reason), last.prompt_tokens, last.completion_tokens
+        )
+        return JSONResponse(body, headers=flight.headers)
+
+    # ------------------------------------------------------------------ gRPC (grpc_api/llm.proto)
+
+    async def Generate(self, request: Any, grpc_context: RayServegRPCContext) -> AsyncIterator[Any]:
+        """Server streaming ``LLMService/Generate``: the deltas as messages, the last one with usage and route.
+
+        An error ends the stream with one message (finish_reason "error") carrying the status: Serve 2.60
+        forwards a status's trailing metadata (retry-after, ...) only together with a message; an exception
+        would arrive as code and details alone."""
+        metadata = dict(grpc_context.invocation_metadata())
+        flight = self._new_flight(_request_id(metadata))
+        inbound = _Inbound(
+            chat=grpc_format.is_chat(request),
+            authorization=metadata.get("authorization"),
+            slo_headers=grpc_format.slo_headers(request),
+            read_body=lambda: _ready(grpc_format.request_body(request)),
+        )
+        last: Delta | None = None
+        status = 499  # the client cancelled, unless the stream ends another way
+        try:
+            _, first = await self._start(flight, inbound)
+            async with aclosing(self._deltas(flight, first)) as deltas:
+                async for delta in deltas:
+                    last = delta
+                    if delta.text or delta.token_ids or delta.finish_reason:
+                        message = grpc_format.delta_message(delta)
+                        if delta.finish_reason:
+                            self._finish_message(message, flight, delta)
+                        yield message
+            status = 200
+            if last is not None and not last.finish_reason:  # the variant's stream ended without saying why
+                yield self._finish_message(grpc_format.delta_message(Delta("", [], "stop")), flight, last)
+        except Exception as exc:
+            error, (status, _, _) = self._fail(flight, grpc_format.field_error(exc), last)
+            logger.info("gRPC request %s failed: %s %s", flight.request_id, status, error)
+            grpc_status(error).apply(grpc_context)
+            yield self._finish_message(grpc_format.delta_message(Delta("", [], "error")), flight, last)
+        finally:
+            self._finish(flight, last, status)
+
+    async def Models(self, request: Any, grpc_context: RayServegRPCContext) -> Any:
+        """Unary ``LLMService/Models``: the public model and every variant."""
+        try:
+            self._keys.authenticate(dict(grpc_context.invocation_metadata()).get("authorization"))
+        except Exception as exc:
+            grpc_status(exc).apply(grpc_context)
+            return grpc_format.no_models()  # gRPC sends the status alone, without this message
+        return grpc_format.models_message(self._model_names(), self._created)
+
+    def _finish_message(self, message: Any, flight: _Flight, last: Delta | None) -> Any:
+        prediction = flight.ticket.prediction if flight.ticket is not None else None
+        return grpc_format.finish(message, flight.request_id, last, flight.variant, flight.reason, prediction)
+
+    # ------------------------------------------------------------------ the pipeline, protocol-independent
+
+    def _new_flight(self, request_id: str) -> _Flight:
+        return _Flight(request_id=request_id, deadline=time.monotonic() + self.config.limits.request_timeout_s)
+
+    async def _start(self, flight: _Flight, inbound: _Inbound) -> tuple[Any, Delta]:
+        """auth -> parse -> tokenize -> route -> admit -> open the route ticket -> first token.
+
+        Returns the validated request and its first delta. Raises whatever stopped it; the caller ends the
+        flight (``_fail`` / ``_finish``), which releases what this took."""
+        flight.principal = self._keys.authenticate(inbound.authorization)
+        body = await inbound.read_body()
+        req = parse_request(ChatCompletionRequest if inbound.chat else CompletionRequest, body)
+        pinned = self._check_model(req.model)
+        if inbound.chat:
+            prompt_ids = self._prompts.chat(req.messages)
+            max_tokens = req.effective_max_tokens()
+        else:
+            prompt_ids = self._prompts.completion(req.prompt)
+            max_tokens = req.max_tokens
+        max_tokens = self._check_max_tokens(max_tokens)
+        self._check_prompt_limit(len(prompt_ids))
+        flight.prompt_tokens = len(prompt_ids)
+        features = features_from_headers(
+            inbound.slo_headers, len(prompt_ids), max_tokens, req.priority, pinned, self.config.router
+        )
+        variant, reason, prediction, rejection = await self._route(features)
+        flight.reason = reason
+        flight.headers["x-route-reason"] = reason
+        self._metrics.route_decisions.inc(1, {"variant": variant or "none", "reason": reason})
+        if rejection is not None:
+            raise rejection
+        flight.variant = variant
+        flight.headers["x-route-variant"] = variant
+        self._keys.admit(flight.principal, len(prompt_ids) + max_tokens, time.monotonic())
+        flight.admitted = True
+        flight.ticket = self._routing.open(variant, len(prompt_ids), prediction, max_tokens=max_tokens)
+        flight.headers.update(flight.ticket.headers())  # x-route-predicted-ttft-ms / -tpot-ms
+        flight.recorder = RequestRecorder(self._metrics, variant, features.slo.ttft_ms, features.slo.tpot_ms)
+        gen_request = GenerationRequest(flight.request_id, prompt_ids, req.sampling(max_tokens))
+        flight.stream = self._stream_handles[variant].generate.remote(gen_request)
+        async with asyncio.timeout(flight.remaining()):
+            first = await anext(flight.stream, None)
+        if first is None:
+            first = Delta(text="", token_ids=[], finish_reason="stop", prompt_tokens=len(prompt_ids))
+        self._routing.first_token(flight.ticket)
+        flight.recorder.chunk(first.completion_tokens)
+        logger.info("request %s -> %s (%s, %d prompt tokens)", flight.request_id, variant, reason, len(prompt_ids))
+        return req, first
+
+    async def _deltas(self, flight: _Flight, first: Delta) -> AsyncGenerator[Delta, None]:
+        """``first``, then the variant's deltas up to the finishing one, within the request's time limit."""
+        delta = first
+        async with asyncio.timeout(flight.remaining()):
+            while True:
+                yield delta
+                if delta.finish_reason:
+                    return
+                following = await anext(flight.stream, None)
+                if following is None:
+                    return
+                flight.recorder.chunk(following.completion_tokens)
+                delta = following
+
+    def _fail(
+        self, flight: _Flight, exc: BaseException, last: Delta | None
+    ) -> tuple[BaseException, tuple[int, dict, dict[str, str]]]:
+        """The error to report for ``exc`` and its HTTP description (status, body, headers; the status also
+        labels the metrics of either protocol). Ends the flight first, which aborts the engine request."""
+        error = _timeout_or(_unwrap(exc))
+        described = describe(error)
+        self._finish(flight, last, described[0])
+        return error, described
 
     def _finish(self, flight: _Flight, last: Delta | None, status: int) -> None:
         """Ends a request's bookkeeping exactly once: route feedback, metrics, the key's slot, the engine stream."""
@@ -283,62 +455,6 @@ class Ingress:
             return "", str(decision.reason), None, error
         variant = decision.variant or ""
         return variant, str(decision.reason), decision.predictions.get(variant), None
-
-    async def _relay(
-        self, flight: _Flight, first: Delta, shape: ResponseShape, include_usage: bool
-    ) -> AsyncIterator[bytes]:
-        last = first
-        status = 499  # the client went away, unless the stream ends another way
-        try:
-            delta: Delta | None = first
-            async with asyncio.timeout(flight.remaining()):
-                while delta is not None:
-                    last = delta
-                    if delta.text or delta.finish_reason:
-                        yield sse(shape.chunk(delta.text, openai_finish_reason(delta.finish_reason)))
-                    if delta.finish_reason:
-                        break
-                    delta = await anext(flight.stream, None)
-                    if delta is not None:
-                        flight.recorder.chunk(delta.completion_tokens)
-            status = 200
-            if include_usage:
-                yield sse(shape.usage_chunk(last.prompt_tokens, last.completion_tokens))
-            yield DONE
-        except Exception as exc:  # after the first token: an error event, then [DONE]
-            error = _timeout_or(_unwrap(exc))
-            status, body, _ = describe(error)
-            logger.warning("request %s failed mid-stream: %s", flight.request_id, error)
-            self._finish(flight, last, status)  # abort in the engine before telling the client
-            yield sse(body)
-            yield DONE
-        finally:
-            self._finish(flight, last, status)
-
-    async def _collect(self, flight: _Flight, first: Delta, shape: ResponseShape) -> Response:
-        parts = [first.text]
-        last = first
-        status = 499  # the client went away, unless the request ends another way
-        try:
-            async with asyncio.timeout(flight.remaining()):
-                while not last.finish_reason:
-                    delta = await anext(flight.stream, None)
-                    if delta is None:
-                        break
-                    flight.recorder.chunk(delta.completion_tokens)
-                    parts.append(delta.text)
-                    last = delta
-            status = 200
-        except Exception as exc:
-            error = _timeout_or(_unwrap(exc))
-            status = describe(error)[0]
-            return error_response(error)
-        finally:
-            self._finish(flight, last, status)
-        body = shape.full(
-            "".join(parts), openai_finish_reason(last.finish_reason), last.prompt_tokens, last.completion_tokens
-        )
-        return JSONResponse(body, headers=flight.headers)
 
     # ------------------------------------------------------------------ checks
 

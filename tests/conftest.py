@@ -35,22 +35,39 @@ def ray_cluster() -> Iterator[None]:
 
 
 @pytest.fixture(scope="session")
-def serve_url(ray_cluster) -> Iterator[str]:
+def grpc_port() -> int:
+    """The port of Serve's gRPC proxy on the shared cluster (tests/serve_app/test_grpc.py)."""
+    return free_port()
+
+
+@pytest.fixture(scope="session")
+def serve_url(ray_cluster, grpc_port) -> Iterator[str]:
     from ray import serve
 
     port = free_port()
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    serve.start(
+        http_options={"host": "127.0.0.1", "port": port},
+        # serve_config.yaml's servicer functions: each proxy imports them (generating the gRPC code if missing).
+        grpc_options={
+            "port": grpc_port,
+            "grpc_servicer_functions": _serve_config()["grpc_options"]["grpc_servicer_functions"],
+        },
+    )
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
         serve.shutdown()
 
 
-@pytest.fixture(scope="session")
-def default_app_args() -> dict:
+def _serve_config() -> dict:
     import yaml
 
-    return yaml.safe_load((REPO / "serve_config.yaml").read_text())["applications"][0]["args"]
+    return yaml.safe_load((REPO / "serve_config.yaml").read_text())
+
+
+@pytest.fixture(scope="session")
+def default_app_args() -> dict:
+    return _serve_config()["applications"][0]["args"]
 
 
 @pytest.fixture(scope="session")
