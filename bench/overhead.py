@@ -90,6 +90,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="the stack's coalescing interval (default: the engine config's); the naive app always uses 0",
     )
     p.add_argument(
+        "--engine-process",
+        action="store_true",
+        help="the stack's engine runs its batch loop in its own process (engine_process: true); meant for GPU runs",
+    )
+    p.add_argument("--ingress-replicas", type=int, default=1, help="the stack's ingress replicas (default 1)")
+    p.add_argument(
         "--serve-env",
         action="append",
         default=[],
@@ -155,7 +161,9 @@ def engine_actor_options(device: str) -> dict[str, Any]:
     return {"num_cpus": 1, "num_gpus": 1 if device == "cuda" else 0}
 
 
-def stack_app_args(engine: HFEngineConfig, *, device: str, max_tokens: int, max_concurrency: int) -> dict:
+def stack_app_args(
+    engine: HFEngineConfig, *, device: str, max_tokens: int, max_concurrency: int, ingress_replicas: int = 1
+) -> dict:
     """A one-variant serve_app config on ``engine`` (everything else at its default)."""
     resources = engine_actor_options(device)
     return {
@@ -170,7 +178,7 @@ def stack_app_args(engine: HFEngineConfig, *, device: str, max_tokens: int, max_
                 "num_replicas": 1,
             }
         ],
-        "ingress": {"max_ongoing_requests": max(1024, 2 * max_concurrency)},
+        "ingress": {"num_replicas": ingress_replicas, "max_ongoing_requests": max(1024, 2 * max_concurrency)},
         "limits": {"max_tokens_limit": max(4096, max_tokens)},
     }
 
@@ -226,10 +234,13 @@ class _Run:
 
     @property
     def stack_engine(self) -> HFEngineConfig:
-        """The stack's variant: the same engine, with --coalesce-ms when given."""
-        if self.args.coalesce_ms is None:
-            return self.engine
-        return self.engine.model_copy(update={"coalesce": CoalesceConfig(interval_ms=self.args.coalesce_ms)})
+        """The stack's variant: the same engine, with --coalesce-ms and --engine-process when given."""
+        update: dict[str, Any] = {}
+        if self.args.coalesce_ms is not None:
+            update["coalesce"] = CoalesceConfig(interval_ms=self.args.coalesce_ms)
+        if self.args.engine_process:
+            update["engine_process"] = True
+        return self.engine.model_copy(update=update) if update else self.engine
 
     def specs(self, concurrency: int, *, as_text: bool) -> list[RequestSpec]:
         return request_specs(self.pairs[: self.requests[concurrency]], self.max_tokens, as_text=as_text)
@@ -348,6 +359,7 @@ class _Run:
                     device=self.device,
                     max_tokens=self.max_tokens,
                     max_concurrency=max(self.concurrency),
+                    ingress_replicas=self.args.ingress_replicas,
                 )
             ),
         }
@@ -445,6 +457,13 @@ def _notes(run: _Run) -> list[str]:
         f"The stack coalesces tokens every {run.stack_engine.coalesce.interval_ms:g} ms after the first; the "
         "naive app sends every engine step (one token) on its own.",
     ]
+    if run.stack_engine.engine_process:
+        notes.append(
+            "The stack's engine ran its batch loop in its own process (engine_process: true); its CPU shows as "
+            "'<deployment>/engine_process'."
+        )
+    if run.args.ingress_replicas != 1:
+        notes.append(f"The stack ran {run.args.ingress_replicas} ingress replicas.")
     if run.serve_env:
         notes.append("The Ray cluster ran with " + ", ".join(f"{k}={v}" for k, v in run.serve_env.items()) + ".")
     if run.device == "cpu":

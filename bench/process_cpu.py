@@ -6,7 +6,8 @@ this process and all its descendants (a local Ray cluster started by this proces
 before and after each level and attributes it to roles named after what each process is: ``bench`` (this
 process: the load generator, or the engine itself in-process), ``proxy`` (Serve's HTTP proxy), the Serve
 deployment a replica runs (``Ingress``, ``variant-engine``, ...), ``controller``, ``ray_system`` (raylet, GCS,
-Ray's helper processes) and ``engine_server``.
+Ray's helper processes) and ``engine_server``. A replica's engine process (``engine_process: true``, a
+multiprocessing spawn child of the replica) is ``<deployment>/engine_process``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections.abc import Mapping
 import psutil
 
 PROFILER = "profiler"  # py-spy's own processes (bench overhead --profile)
+ENGINE_PROCESS = "engine_process"  # suffix of a replica's engine process (engines/process.py)
 
 # "ray::ServeReplica:<app>:<deployment>" and, while it runs a task, ".<method>" after it.
 _REPLICA = re.compile(r"^ray::ServeReplica:[^:]*:([^.\s]+)")
@@ -41,18 +43,35 @@ def role_of(cmdline: str) -> str:
     return "other"
 
 
+def is_spawn_child(cmdline: str) -> bool:
+    """A process started by multiprocessing's spawn context (its command line names spawn_main)."""
+    return "multiprocessing.spawn import spawn_main" in cmdline
+
+
 def cpu_by_role(pid: int | None = None) -> dict[str, float]:
     """CPU seconds (user + system) so far of process ``pid`` (default: this one) and its descendants, by role."""
     root = psutil.Process(pid or os.getpid())
     totals: dict[str, float] = defaultdict(float)
+    roles: dict[int, str] = {}  # parents are listed before their children
     for process in [root, *root.children(recursive=True)]:
         try:
             times = process.cpu_times()
-            role = "bench" if process.pid == root.pid else role_of(" ".join(process.cmdline()))
+            if process.pid == root.pid:
+                role = "bench"
+            else:
+                cmdline = " ".join(process.cmdline())
+                role = role_of(cmdline)
+                parent = roles.get(process.ppid(), "other")
+                if role == "other" and is_spawn_child(cmdline) and parent not in _NOT_REPLICAS:
+                    role = f"{parent}/{ENGINE_PROCESS}"
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue  # ended between the listing and the read: its time is lost either way
+        roles[process.pid] = role
         totals[role] += times.user + times.system
     return dict(totals)
+
+
+_NOT_REPLICAS = frozenset({"bench", "other", "proxy", "controller", "ray_system", "engine_server", PROFILER})
 
 
 def cpu_delta(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:

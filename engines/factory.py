@@ -11,6 +11,10 @@ def make_engine(config: EngineConfig) -> Engine:
     """The engine for ``config`` (not started: call ``await engine.start()``)."""
     # Backends import heavy or optional packages (torch, tensorrt_llm, httpx): only the one asked for.
     if isinstance(config, HFEngineConfig):
+        if config.engine_process:
+            from engines.process import ProcessEngine
+
+            return ProcessEngine(config)  # the child process builds the in-process engine of the same config
         from engines.hf import HFEngine
 
         return HFEngine(config)

@@ -52,6 +52,18 @@ def test_stack_args_are_a_valid_one_variant_app(device):
     assert config.ingress.max_ongoing_requests >= 256
 
 
+def test_engine_process_and_ingress_replicas_flags_reach_the_stack_app():
+    args = build_parser().parse_args(["overhead", "--engine-process", "--ingress-replicas", "2"])
+    assert (args.engine_process, args.ingress_replicas) == (True, 2)
+    assert build_parser().parse_args(["overhead"]).ingress_replicas == 1
+    engine = engine_config("/m", "cuda", threads=None, max_running=64, context_length=1024)
+    engine = engine.model_copy(update={"engine_process": True})
+    app = stack_app_args(engine, device="cuda", max_tokens=128, max_concurrency=64, ingress_replicas=2)
+    config = load_app_config(app)
+    assert config.ingress.num_replicas == 2
+    assert config.variants[0].engine.engine_process is True
+
+
 @pytest.mark.serve
 def test_quick_end_to_end(tmp_path):
     """All four paths, one level, a few requests: a JSON with every path measured (no timing asserted).

@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from bench.process_cpu import PROFILER, cpu_by_role, cpu_delta, role_of
+from bench.process_cpu import PROFILER, cpu_by_role, cpu_delta, is_spawn_child, role_of
 
 
 @pytest.mark.parametrize(
@@ -46,3 +46,24 @@ def test_delta_drops_roles_that_spent_nothing_and_sorts_the_rest():
     delta = cpu_delta({"bench": 1.0, "proxy": 2.0}, {"bench": 1.0, "proxy": 2.5, "Ingress": 3.0, "gone": 0.001})
     assert list(delta) == ["Ingress", "proxy"]
     assert delta["proxy"] == pytest.approx(0.5)
+
+
+def test_recognizes_a_multiprocessing_spawn_child():
+    import multiprocessing
+
+    import psutil
+
+    child = multiprocessing.get_context("spawn").Process(target=time.sleep, args=(30,), daemon=True)
+    child.start()
+    try:
+        for _ in range(100):  # the command line is set once the interpreter has started (bounded)
+            cmdline = " ".join(psutil.Process(child.pid).cmdline())
+            if cmdline:
+                break
+            time.sleep(0.05)
+        assert is_spawn_child(cmdline), cmdline
+        assert role_of(cmdline) == "other"  # its role comes from its parent (a replica) in cpu_by_role
+    finally:
+        child.kill()
+        child.join()
+    assert not is_spawn_child(f"{sys.executable} -c pass")

@@ -17,7 +17,8 @@ from engines.errors import EngineConfigError
 from serve_app.config import format_loc, load_app_config, load_config_file, main
 
 ROOT = Path(__file__).resolve().parents[2]
-PRODUCTION_CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
+PRODUCTION_CONFIGS = sorted((ROOT / "configs").glob("gpu-trtllm*.yaml"))
+GPU_BENCH_CONFIG = ROOT / "configs" / "gpu-hf-two-variants.yaml"
 
 
 def valid_args() -> dict[str, Any]:
@@ -90,6 +91,17 @@ def test_production_config_is_valid(path: Path):
         engine: Any = variant.engine  # a GPU backend's config, whichever union member it is
         assert variant.resources.num_gpus >= engine.tensor_parallel_size
         assert variant.autoscaling is not None
+
+
+def test_the_two_gpu_bench_config_puts_each_variant_on_its_own_gpu_with_long_prompts_on_one():
+    config = load_config_file(GPU_BENCH_CONFIG)
+
+    assert [(v.engine.backend, v.engine.device, v.resources.num_gpus) for v in config.variants] == [
+        ("hf", "cuda", 1),
+        ("hf", "cuda", 1),
+    ]
+    contexts = sorted(v.engine.context_length for v in config.variants)
+    assert contexts[0] < contexts[1]
 
 
 def test_production_configs_describe_int4_8b_and_fp8_70b_with_tp4():
