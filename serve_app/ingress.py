@@ -24,6 +24,7 @@ import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -46,7 +47,6 @@ from engines.errors import (
 )
 from engines.protocol import Delta, GenerationRequest
 from router import Decision, Prediction, RequestFeatures, features_from_headers
-from serve_app import grpc_format
 from serve_app.auth import KeyStore, Principal
 from serve_app.config import AppConfig
 from serve_app.errors import PayloadTooLargeError, describe, error_body, error_response
@@ -143,6 +143,14 @@ class _Flight:
 async def _ready(value: Any) -> Any:
     """``value`` as an awaitable: a gRPC request's body is in hand when the pipeline asks for it."""
     return value
+
+
+def _grpc_format() -> ModuleType:
+    """The gRPC message helpers, imported at the first gRPC call: an HTTP-only deployment (one without
+    grpc_options) then never generates the gRPC code, nor needs grpcio-tools where it runs."""
+    from serve_app import grpc_format
+
+    return grpc_format
 
 
 def _timeout_or(error: BaseException) -> BaseException:
@@ -306,13 +314,14 @@ class Ingress:
         An error ends the stream with one message (finish_reason "error") carrying the status: Serve 2.60
         forwards a status's trailing metadata (retry-after, ...) only together with a message; an exception
         would arrive as code and details alone."""
+        fmt = _grpc_format()
         metadata = dict(grpc_context.invocation_metadata())
         flight = self._new_flight(_request_id(metadata))
         inbound = _Inbound(
-            chat=grpc_format.is_chat(request),
+            chat=fmt.is_chat(request),
             authorization=metadata.get("authorization"),
-            slo_headers=grpc_format.slo_headers(request),
-            read_body=lambda: _ready(grpc_format.request_body(request)),
+            slo_headers=fmt.slo_headers(request),
+            read_body=lambda: _ready(fmt.request_body(request)),
         )
         last: Delta | None = None
         status = 499  # the client cancelled, unless the stream ends another way
@@ -322,33 +331,35 @@ class Ingress:
                 async for delta in deltas:
                     last = delta
                     if delta.text or delta.token_ids or delta.finish_reason:
-                        message = grpc_format.delta_message(delta)
+                        message = fmt.delta_message(delta)
                         if delta.finish_reason:
                             self._finish_message(message, flight, delta)
                         yield message
             status = 200
             if last is not None and not last.finish_reason:  # the variant's stream ended without saying why
-                yield self._finish_message(grpc_format.delta_message(Delta("", [], "stop")), flight, last)
+                yield self._finish_message(fmt.delta_message(Delta("", [], "stop")), flight, last)
         except Exception as exc:
-            error, (status, _, _) = self._fail(flight, grpc_format.field_error(exc), last)
+            error, (status, _, _) = self._fail(flight, fmt.field_error(exc), last)
             logger.info("gRPC request %s failed: %s %s", flight.request_id, status, error)
             grpc_status(error).apply(grpc_context)
-            yield self._finish_message(grpc_format.delta_message(Delta("", [], "error")), flight, last)
+            yield self._finish_message(fmt.delta_message(Delta("", [], "error")), flight, last)
         finally:
             self._finish(flight, last, status)
 
     async def Models(self, request: Any, grpc_context: RayServegRPCContext) -> Any:
         """Unary ``LLMService/Models``: the public model and every variant."""
+        fmt = _grpc_format()
         try:
             self._keys.authenticate(dict(grpc_context.invocation_metadata()).get("authorization"))
         except Exception as exc:
             grpc_status(exc).apply(grpc_context)
-            return grpc_format.no_models()  # gRPC sends the status alone, without this message
-        return grpc_format.models_message(self._model_names(), self._created)
+            return fmt.no_models()  # gRPC sends the status alone, without this message
+        return fmt.models_message(self._model_names(), self._created)
 
     def _finish_message(self, message: Any, flight: _Flight, last: Delta | None) -> Any:
         prediction = flight.ticket.prediction if flight.ticket is not None else None
-        return grpc_format.finish(message, flight.request_id, last, flight.variant, flight.reason, prediction)
+        fmt = _grpc_format()
+        return fmt.finish(message, flight.request_id, last, flight.variant, flight.reason, prediction)
 
     # ------------------------------------------------------------------ the pipeline, protocol-independent
 
