@@ -328,7 +328,13 @@ def run(args: argparse.Namespace) -> int:
 
     from serve_app.app import build_app
 
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, namespace=f"bench-routing-{os.getpid()}")
+    # At least 4 logical CPUs so that the default config's deployments fit a 2-core machine; all of a GPU host's.
+    ray.init(
+        num_cpus=max(4, os.cpu_count() or 1),
+        include_dashboard=False,
+        log_to_driver=False,
+        namespace=f"bench-routing-{os.getpid()}",
+    )
     points: list[SweepPoint] = []
     try:
         port = _free_port()
