@@ -32,7 +32,7 @@ from typing import Any
 
 from engines import engine_core
 from engines.coalesce import merge_deltas
-from engines.config import EngineConfig
+from engines.config import CoalesceConfig, EngineConfig
 from engines.errors import EngineDeadError
 from engines.ipc import Channel, delta_from_wire
 from engines.protocol import Delta, Engine, EngineStats, GenerationRequest
@@ -91,6 +91,10 @@ class ProcessEngine(Engine):
     ) -> None:
         if getattr(config, "engine_process", False):  # the child builds the in-process engine of the same config
             config = config.model_copy(update={"engine_process": False})
+        if hasattr(config, "coalesce"):
+            # No timers in the child: the replica already merges whatever piled up for a stream on each pull, and a
+            # coalescing window costs a task and a timer per token there, on the interpreter the batch loop needs.
+            config = config.model_copy(update={"coalesce": CoalesceConfig(interval_ms=0.0)})
         self.config = config
         self.shutdown_timeout_s = shutdown_timeout_s
         self.health_timeout_s = health_timeout_s

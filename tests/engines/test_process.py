@@ -11,7 +11,7 @@ import signal
 import psutil
 import pytest
 
-from engines.config import HFEngineConfig
+from engines.config import CoalesceConfig, HFEngineConfig
 from engines.errors import (
     ContextTooLongError,
     EngineConfigError,
@@ -70,6 +70,13 @@ def test_the_engine_process_option_defaults_off_and_the_factory_honours_it():
     assert isinstance(make_engine(HFEngineConfig(model="builtin:tiny")), HFEngine)
     # The child builds the in-process engine of the same config, never another process engine.
     assert ProcessEngine(CONFIG).config.engine_process is False
+
+
+def test_the_child_runs_the_in_process_engine_without_a_coalescing_window():
+    # The replica merges what piled up per pull; timers in the child would only cost its interpreter.
+    child = ProcessEngine(CONFIG.model_copy(update={"coalesce": CoalesceConfig(interval_ms=25.0)})).config
+
+    assert (child.engine_process, child.coalesce.interval_ms) == (False, 0.0)
 
 
 def test_deltas_and_errors_cross_the_wire_intact():
