@@ -45,6 +45,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--rate-scale", type=float, default=1.0, help="multiply every stream's rate")
     run.add_argument("--policies", nargs="+", choices=ALL_POLICIES, default=list(ALL_POLICIES))
     run.add_argument("--scaling", nargs="+", choices=ALL_SCALING, default=None, help="default: the scenario's")
+    run.add_argument(
+        "--replica-choice",
+        choices=["power_of_two", "least_prefill"],
+        default="power_of_two",
+        help="replica choice within a variant: Serve's default, or the least queued prompt work (not in the app)",
+    )
     run.add_argument("--workers", type=int, default=None, help="processes (default: one per CPU)")
 
     cal = sub.add_parser("calibrate", help="replay a bench run's records; simulated vs measured percentiles")
@@ -65,7 +71,13 @@ def load_profile(text: str) -> EngineProfile:
 def _run(args: argparse.Namespace) -> int:
     make = SCENARIOS[args.scenario]
     scenario = make(rate_scale=args.rate_scale) if args.duration_s is None else make(args.duration_s, args.rate_scale)
-    scenario = scenario.model_copy(update={"policies": args.policies, "scaling": args.scaling or scenario.scaling})
+    scenario = scenario.model_copy(
+        update={
+            "policies": args.policies,
+            "scaling": args.scaling or scenario.scaling,
+            "replica_choice": args.replica_choice,
+        }
+    )
     started = time.perf_counter()
     runs = run_matrix(scenario, workers=args.workers, out=args.out)
     wall = time.perf_counter() - started

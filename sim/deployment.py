@@ -3,7 +3,10 @@ the GPU time they hold.
 
 Like a Serve handle, a request goes to the less loaded of two randomly drawn ready replicas (power of two
 choices, ``request_router/pow_2_router.py``), never to one already holding ``max_ongoing_requests``; when
-every replica is full (or none is ready yet) it waits at the handle in arrival order. Scaling down stops
+every replica is full (or none is ready yet) it waits at the handle in arrival order. ``replica_choice
+"least_prefill"`` instead takes the replica with the least prompt work queued (then the fewest ongoing
+requests): what a custom Serve request router fed with the replicas' prefill queues would do. The serve app
+does not have one yet; the option is here to measure what it would be worth. Scaling down stops
 starting replicas first, then drains the least loaded ready ones: they take nothing new and release
 their GPUs once their open requests finish (Serve's graceful shutdown).
 """
@@ -13,15 +16,26 @@ from __future__ import annotations
 import random
 from collections import deque
 from collections.abc import Iterator
+from typing import Literal
 
 from sim.profile import EngineProfile
 from sim.replica import ReplicaState, SimReplica
 from sim.request import SimRequest
 
+ReplicaChoice = Literal["power_of_two", "least_prefill"]
+
 
 class SimDeployment:
-    def __init__(self, name: str, profile: EngineProfile, max_ongoing_requests: int, seed: int = 0) -> None:
+    def __init__(
+        self,
+        name: str,
+        profile: EngineProfile,
+        max_ongoing_requests: int,
+        seed: int = 0,
+        replica_choice: ReplicaChoice = "power_of_two",
+    ) -> None:
         self.name = name
+        self.replica_choice = replica_choice
         self.profile = profile
         self.max_ongoing_requests = max_ongoing_requests
         self.replicas: list[SimReplica] = []  # starting, ready and draining ones
@@ -81,6 +95,9 @@ class SimDeployment:
         if len(ready) == 1:
             only = ready[0]
             return only if only.ongoing < limit else None
+        if self.replica_choice == "least_prefill":
+            with_room = [r for r in ready if r.ongoing < limit]
+            return min(with_room, key=lambda r: (r.queued_prompt_tokens, r.ongoing)) if with_room else None
         a, b = self._rng.sample(ready, 2)
         best = a if a.ongoing <= b.ongoing else b
         if best.ongoing < limit:

@@ -29,6 +29,7 @@ from bench.workload import NormalLength, SloTier, WorkloadConfig
 from router import RouterConfig
 from router.config import Policy
 from serve_app.config import AutoscalingSpec
+from sim.deployment import ReplicaChoice
 from sim.profile import EngineProfile
 from sim.profiles import BUILTIN_PROFILES
 from sim.simulator import SimResult, Simulation, SimVariant
@@ -98,6 +99,11 @@ class Scenario(BaseModel):
     policies: list[Policy] = Field(default_factory=lambda: list(ALL_POLICIES))
     scaling: list[Scaling] = Field(default_factory=lambda: list(DEFAULT_SCALING))
     seed: int = 0
+    replica_choice: ReplicaChoice = Field(
+        "power_of_two",
+        description="How a request finds its replica within the chosen variant: Serve's default power of two "
+        "choices by ongoing requests, or 'least_prefill' (the least prompt work queued; not in the serve app).",
+    )
 
     @model_validator(mode="after")
     def _pools_fit(self) -> Scenario:
@@ -130,7 +136,12 @@ def simulate(scenario: Scenario, policy: Policy, scaling: Scaling) -> tuple[SimR
     """One run of the scenario's traffic under ``policy`` and ``scaling``."""
     started, cpu_started = time.perf_counter(), time.process_time()
     router = scenario.router.model_copy(update={"policy": policy})
-    sim = Simulation([p.sim_variant(scaling) for p in scenario.pools], router, seed=scenario.seed)
+    sim = Simulation(
+        [p.sim_variant(scaling) for p in scenario.pools],
+        router,
+        seed=scenario.seed,
+        replica_choice=scenario.replica_choice,
+    )
     result = sim.run(sim_requests(scenario.streams, scenario.duration_s, router), horizon_s=scenario.duration_s)
     peaks: dict[str, int] = {}
     for sample in result.replica_samples:

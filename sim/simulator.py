@@ -26,7 +26,7 @@ from router.inflight import InflightBook
 from serve_app.config import AutoscalingSpec
 from serve_app.routing import REFRESH_PERIOD_S
 from sim.autoscaler import Policy, SimAutoscaler
-from sim.deployment import SimDeployment
+from sim.deployment import ReplicaChoice, SimDeployment
 from sim.profile import EngineProfile
 from sim.replica import SimReplica
 from sim.request import SimRequest
@@ -71,6 +71,7 @@ class Simulation:
         tick_s: float = 1.0,
         record_interval_s: float = 1.0,
         snapshot_period_s: float = REFRESH_PERIOD_S,
+        replica_choice: ReplicaChoice = "power_of_two",
     ) -> None:
         self.variants = {v.name: v for v in variants}
         self.router = router
@@ -78,7 +79,8 @@ class Simulation:
         self.record_interval_s = record_interval_s
         self.snapshot_period_s = snapshot_period_s
         self.deployments = {
-            v.name: SimDeployment(v.name, v.profile, v.max_ongoing_requests, seed) for v in self.variants.values()
+            v.name: SimDeployment(v.name, v.profile, v.max_ongoing_requests, seed, replica_choice)
+            for v in self.variants.values()
         }
         self.autoscalers = {
             v.name: SimAutoscaler(v.autoscaling, v.policy) for v in self.variants.values() if v.autoscaling

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from collections import Counter
 
+from sim.deployment import ReplicaChoice, SimDeployment
+from sim.replica import SimReplica
 from sim.scenario import heterogeneous_scenario, simulate
+from tests.sim.helpers import profile, request
 
 LONG_POOL = "llama-70b-fp8"
 
@@ -30,3 +33,25 @@ def test_under_load_reservation_moves_batch_jobs_off_the_pool_that_long_prompts_
         return Counter(r.variant for r in result.records if r.slo_tier == "batch")[LONG_POOL]
 
     assert batch_on_70b(scenario) < batch_on_70b(off) / 2
+
+
+def test_least_prefill_replica_choice_passes_a_replica_busy_with_a_long_prompt():
+    # Two ready replicas; the first holds one 5000-token prompt, the second three short ones. Serve's default
+    # compares ongoing requests (1 vs 3); least_prefill compares the prompt work queued (5000 vs 300).
+    def busy_pair(choice: ReplicaChoice) -> tuple[SimDeployment, SimReplica, SimReplica]:
+        deployment = SimDeployment("v", profile(), max_ongoing_requests=8, replica_choice=choice)
+        long_one, short_ones = deployment.add_replica(0.0), deployment.add_replica(0.0)
+        for replica in (long_one, short_ones):
+            deployment.mark_ready(replica)
+        long_one.submit(request(0, prompt=5000), 0.0)
+        for i in range(1, 4):
+            short_ones.submit(request(i, prompt=100), 0.0)
+        return deployment, long_one, short_ones
+
+    deployment, _, short_ones = busy_pair("least_prefill")
+    replica, _ = deployment.dispatch(request(9, prompt=100), 0.0)
+    assert replica is short_ones
+
+    deployment, long_one, _ = busy_pair("power_of_two")
+    replica, _ = deployment.dispatch(request(9, prompt=100), 0.0)
+    assert replica is long_one
