@@ -319,6 +319,12 @@ class VariantConfig(_Strict):
         ge=0,
         description="Relative cost of 1000 tokens (prompt + output) on this variant, for the router.",
     )
+    replica_choice: Literal["least_prefill", "power_of_two"] = Field(
+        "least_prefill",
+        description="How a request finds its replica within this variant: 'least_prefill' ranks replicas by the "
+        "prompt work the ingress sent them that is not yet prefilled (serve_app/replica_router.py; keeps short "
+        "prompts from queueing behind long ones), 'power_of_two' is Serve's default (ongoing requests).",
+    )
     latency_profile: LatencyProfile | None = Field(
         None,
         description="Measured latency figures that seed the router's latency model for this variant "
@@ -385,6 +391,14 @@ class VariantConfig(_Strict):
             options["autoscaling_config"] = self.autoscaling.to_serve_autoscaling_config()
         else:
             options["num_replicas"] = self.num_replicas or 1
+        if self.replica_choice == "least_prefill":
+            from serve_app.replica_router import IMPORT_PATH
+
+            profile = self.latency_profile or LatencyProfile()
+            options["request_router_config"] = {
+                "request_router_class": IMPORT_PATH,
+                "request_router_kwargs": {"prefill_tokens_per_s": profile.prefill_tokens_per_s},
+            }
         return options
 
 

@@ -49,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--replica-choice",
         choices=["power_of_two", "least_prefill"],
         default="power_of_two",
-        help="replica choice within a variant: Serve's default, or the least queued prompt work (not in the app)",
+        help="replica choice within a variant: Serve's default, or the least queued prompt work (the app's default)",
     )
     run.add_argument("--workers", type=int, default=None, help="processes (default: one per CPU)")
 

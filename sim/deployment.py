@@ -5,8 +5,8 @@ Like a Serve handle, a request goes to the less loaded of two randomly drawn rea
 choices, ``request_router/pow_2_router.py``), never to one already holding ``max_ongoing_requests``; when
 every replica is full (or none is ready yet) it waits at the handle in arrival order. ``replica_choice
 "least_prefill"`` instead takes the replica with the least prompt work queued (then the fewest ongoing
-requests): what a custom Serve request router fed with the replicas' prefill queues would do. The serve app
-does not have one yet; the option is here to measure what it would be worth. Scaling down stops
+requests): what the serve app's request router (serve_app/replica_router.py) aims at, with the replica's true
+queue where the app estimates it from what its ingress sent. Scaling down stops
 starting replicas first, then drains the least loaded ready ones: they take nothing new and release
 their GPUs once their open requests finish (Serve's graceful shutdown).
 """

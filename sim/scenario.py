@@ -102,7 +102,7 @@ class Scenario(BaseModel):
     replica_choice: ReplicaChoice = Field(
         "power_of_two",
         description="How a request finds its replica within the chosen variant: Serve's default power of two "
-        "choices by ongoing requests, or 'least_prefill' (the least prompt work queued; not in the serve app).",
+        "choices by ongoing requests, or 'least_prefill' (the least prompt work queued; serve_app/replica_router.py).",
     )
 
     @model_validator(mode="after")

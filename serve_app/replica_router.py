@@ -1,0 +1,67 @@
+"""Which replica of a variant takes a request: the one with the least prefill work this handle has sent it.
+
+Serve's default request router (power of two choices) compares ongoing requests, so a short interactive request
+goes behind a replica's long prefill as readily as behind a few decoding chats, and misses its TTFT. This router
+ranks the variant's replicas by the prompt tokens it estimates each still has to prefill
+(``router.replica_backlog``: the prompts this handle sent, drained first come first served at the variant's
+prefill rate), then by how many of its requests each holds. Serve still probes the first-ranked replica's queue
+and moves on to the next when it is full (``max_ongoing_requests``).
+
+Each ingress replica's handle knows only what it sent itself, as with the router's in-flight book. Hooks used
+(Ray 2.60's public ``ray.serve.request_router`` API): ``choose_replicas`` returns ranks tried in order;
+``on_request_routed`` / ``on_request_completed`` fire once per dispatched request (``_private/router.py``).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import Any
+
+from ray.serve.request_router import FIFOMixin, PendingRequest, ReplicaID, RequestRouter, RunningReplica
+
+from engines.protocol import GenerationRequest
+from router.replica_backlog import prefill_backlog
+
+# serve.deployment(...).options(request_router_config=...) takes the class by import path.
+IMPORT_PATH = "serve_app.replica_router:LeastPrefillRequestRouter"
+
+
+def _prompt_tokens(request: PendingRequest) -> int:
+    """The prompt length of a ``generate`` call (a GenerationRequest); 0 for the other methods (stats, info)."""
+    for arg in request.args:
+        if isinstance(arg, GenerationRequest):
+            return len(arg.prompt_token_ids)
+    return 0
+
+
+class LeastPrefillRequestRouter(FIFOMixin, RequestRouter):
+    def initialize_state(self, prefill_tokens_per_s: float = 2000.0, **kwargs: Any) -> None:
+        self._prefill_tokens_per_s = prefill_tokens_per_s
+        # replica -> internal request id -> (prompt tokens, send time) of the requests not completed yet
+        self._sent: dict[ReplicaID, dict[str, tuple[int, float]]] = {}
+
+    async def choose_replicas(
+        self, candidate_replicas: list[RunningReplica], pending_request: PendingRequest | None = None
+    ) -> list[list[RunningReplica]]:
+        now = time.monotonic()
+
+        def load(replica: RunningReplica) -> tuple[float, int, float]:
+            sent = self._sent.get(replica.replica_id, {})
+            backlog = prefill_backlog(sent.values(), now, self._prefill_tokens_per_s)
+            return (backlog, len(sent), random.random())  # random: spread ties instead of piling on the first
+
+        return [[replica] for replica in sorted(candidate_replicas, key=load)]
+
+    def on_request_routed(self, pending_request: PendingRequest, replica_id: ReplicaID, result: Any) -> None:
+        sent = self._sent.setdefault(replica_id, {})
+        sent[pending_request.metadata.internal_request_id] = (_prompt_tokens(pending_request), time.monotonic())
+
+    def on_request_completed(self, replica_id: ReplicaID, internal_request_id: str) -> None:
+        sent = self._sent.get(replica_id)
+        if sent is not None:
+            sent.pop(internal_request_id, None)
+
+    def on_replica_actor_died(self, replica_id: ReplicaID) -> None:
+        super().on_replica_actor_died(replica_id)
+        self._sent.pop(replica_id, None)

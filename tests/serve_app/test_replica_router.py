@@ -1,0 +1,90 @@
+"""Replica choice within a variant (serve_app/replica_router.py): the ranking logic on constructed replicas, and
+the router loaded by a real Serve app that spreads one variant over two replicas."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+import httpx
+import pytest
+from ray import serve
+
+from engines.protocol import GenerationRequest, SamplingParams
+from serve_app.app import build_app
+from serve_app.config import VariantConfig
+from serve_app.replica_router import IMPORT_PATH, LeastPrefillRequestRouter
+
+
+def _router(prefill_tokens_per_s: float) -> LeastPrefillRequestRouter:
+    # Only the state our hooks use: Serve's own constructor wires event loops and long polls we do not exercise.
+    router = object.__new__(LeastPrefillRequestRouter)
+    router.initialize_state(prefill_tokens_per_s=prefill_tokens_per_s)
+    return router
+
+
+def _pending(request_id: str, prompt_tokens: int) -> SimpleNamespace:
+    request = GenerationRequest(request_id, list(range(prompt_tokens)), SamplingParams())
+    return SimpleNamespace(args=[request], kwargs={}, metadata=SimpleNamespace(internal_request_id=request_id))
+
+
+def _ranked(router: LeastPrefillRequestRouter, replicas) -> list[str]:
+    ranks = asyncio.run(router.choose_replicas(replicas))
+    return [rank[0].replica_id for rank in ranks]
+
+
+def test_a_replica_with_a_long_prompt_queued_is_ranked_after_one_with_short_ones():
+    router = _router(prefill_tokens_per_s=1.0)  # slow enough that nothing drains during the test
+    long_one, short_ones = SimpleNamespace(replica_id="a"), SimpleNamespace(replica_id="b")
+    router.on_request_routed(_pending("r1", 5000), "a", None)
+    for i in range(3):
+        router.on_request_routed(_pending(f"s{i}", 10), "b", None)
+
+    assert _ranked(router, [long_one, short_ones]) == ["b", "a"]
+
+    router.on_request_completed("a", "r1")  # the long request ended: a has nothing queued now
+
+    assert _ranked(router, [long_one, short_ones]) == ["a", "b"]
+
+
+def test_calls_without_a_prompt_count_as_no_prefill_work():
+    router = _router(prefill_tokens_per_s=1.0)
+    router.on_request_routed(
+        SimpleNamespace(args=[], kwargs={}, metadata=SimpleNamespace(internal_request_id="x")), "a", None
+    )
+
+    assert router._sent["a"]["x"][0] == 0
+
+
+def test_the_variant_config_selects_the_router_and_passes_its_prefill_rate(default_app_args):
+    variant = VariantConfig.model_validate(
+        {**default_app_args["variants"][0], "latency_profile": {"prefill_tokens_per_s": 1234.0}}
+    )
+    options = variant.deployment_options()
+    assert options["request_router_config"] == {
+        "request_router_class": IMPORT_PATH,
+        "request_router_kwargs": {"prefill_tokens_per_s": 1234.0},
+    }
+
+    serve_default = variant.model_copy(update={"replica_choice": "power_of_two"}).deployment_options()
+    assert "request_router_config" not in serve_default
+
+
+@pytest.mark.serve
+def test_a_variant_on_two_replicas_serves_through_the_router(serve_url, default_app_args):
+    args = dict(default_app_args)
+    tiny = {**args["variants"][0], "autoscaling": None, "num_replicas": 2, "resources": {"num_cpus": 0.25}}
+    args["variants"] = [tiny]
+    serve.run(build_app(args), name="replica-router", route_prefix="/replica-router")
+    try:
+        url = f"{serve_url}/replica-router/v1/completions"
+        with httpx.Client(timeout=120) as client:
+            bodies = [
+                client.post(url, json={"model": "tiny", "prompt": "word " * n, "max_tokens": 4}).json()
+                for n in (300, 5, 5, 5)
+            ]
+        assert all(b["object"] == "text_completion" and 1 <= b["usage"]["completion_tokens"] <= 4 for b in bodies), (
+            bodies
+        )
+    finally:
+        serve.delete("replica-router")
