@@ -166,7 +166,13 @@ class Ingress:
     async def __init__(self, config: dict, variants: dict[str, Any], board: Any) -> None:  # type: ignore[misc]
         self.config = AppConfig.model_validate(config)
         self._variants = variants  # variant name -> DeploymentHandle
-        self._stream_handles = {name: h.options(stream=True) for name, h in variants.items()}
+        # _by_reference=False: Serve's inter-deployment gRPC (every replica runs its server), one stream per
+        # request instead of one Ray object per delta; the per-object bookkeeping was most of the ingress's CPU
+        # per token. Errors arrive the same way (RayTaskError; ActorUnavailableError for a replica gone).
+        by_reference = self.config.ingress.engine_transport == "ray"
+        self._stream_handles = {
+            name: h.options(stream=True, _by_reference=by_reference) for name, h in variants.items()
+        }
         self._board = board
         self._prompts = PromptBuilder(self.config.tokenizer_ref)
         self._routing = RoutingTable(self.config, lambda: board.snapshot.remote())
@@ -273,7 +279,7 @@ class Ingress:
                 async for delta in deltas:
                     last = delta
                     if delta.text or delta.finish_reason:
-                        yield sse(shape.chunk(delta.text, openai_finish_reason(delta.finish_reason)))
+                        yield shape.sse_chunk(delta.text, openai_finish_reason(delta.finish_reason))
             status = 200
             if include_usage:
                 yield sse(shape.usage_chunk(last.prompt_tokens, last.completion_tokens))

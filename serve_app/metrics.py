@@ -10,10 +10,15 @@ from 1 ms to 2 s.
 
 from __future__ import annotations
 
+import collections
+import logging
+import threading
 import time
 from typing import Any
 
 from ray.serve import metrics
+
+logger = logging.getLogger("ray.serve")
 
 TTFT_BUCKETS_S = [0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10, 20, 60]
 ITL_BUCKETS_S = [0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1, 2]
@@ -70,6 +75,7 @@ class IngressMetrics:
         self.cancelled = metrics.Counter(
             "vs_cancelled_total", "Streams the client abandoned (engine request aborted).", tag_keys=("variant",)
         )
+        self.itl_off_loop = OffLoopObserver(self.itl)  # once per streamed chunk: kept off the event loop
 
 
 class EngineMetrics:
@@ -88,6 +94,39 @@ class EngineMetrics:
         total = stats["kv_blocks_total"]
         self.kv_used.set(stats["kv_blocks_used"] / total if total else 0.0, self._tags)
         self.tokens_per_s.set(stats["tokens_per_s"], self._tags)
+
+
+class OffLoopObserver:
+    """Histogram observations made by a background thread instead of the caller.
+
+    Ray's metric record releases the GIL (Cython ``with nogil``); on a busy ingress the event loop then waits for
+    it to come back, measured at ~0.13 ms of wall time (and ~0.017 ms of CPU) per call, once per streamed chunk.
+    The stream only appends (value, tags) here; a daemon thread observes them every ``period_s``. Same
+    observations, same tags (none of ours comes from the request context); at most ``max_pending`` wait, the
+    oldest dropped beyond that.
+    """
+
+    def __init__(self, histogram: Any, period_s: float = 0.25, max_pending: int = 1 << 16) -> None:
+        self._histogram = histogram
+        self._period_s = period_s
+        self._pending: collections.deque[tuple[float, dict[str, str]]] = collections.deque(maxlen=max_pending)
+        self._thread: threading.Thread | None = None
+
+    def observe(self, value: float, tags: dict[str, str]) -> None:
+        self._pending.append((value, tags))  # atomic under the GIL; never blocks
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="vs-metrics-observer", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        pending, observe = self._pending, self._histogram.observe
+        while True:
+            time.sleep(self._period_s)
+            while pending:
+                try:
+                    observe(*pending.popleft())
+                except Exception:  # one bad observation must not stop the others for the replica's life
+                    logger.warning("could not record an ingress metric", exc_info=True)
 
 
 class RequestRecorder:
@@ -111,7 +150,7 @@ class RequestRecorder:
             self.first_at = now
             self._m.ttft.observe(now - self._start, self._tags)
         elif new > 0:
-            self._m.itl.observe((now - self._last_at) / new, self._tags)
+            self._m.itl_off_loop.observe((now - self._last_at) / new, self._tags)
         self._last_at, self._last_tokens = now, completion_tokens
 
     def finish(self, prompt_tokens: int, completion_tokens: int, status: int, *, cancelled: bool = False) -> None:

@@ -166,6 +166,10 @@ def _bad_variant_name(args):
     args["variants"][0]["name"] = "has space"
 
 
+def _unknown_engine_transport(args):
+    args["ingress"] = {"engine_transport": "http"}
+
+
 MISTAKES = [
     (_duplicate_name, "variants[1].name: duplicate variant name 'tiny'"),
     (_unknown_default_variant, "default_variant: 'huge' is not a variant name"),
@@ -178,6 +182,7 @@ MISTAKES = [
     (_fractional_gpus_above_one, "variants[0].resources.num_gpus: must be a whole number"),
     (_cpu_as_custom_resource, "variants[0].resources.resources: 'CPU' is not a custom resource"),
     (_bad_variant_name, "variants[0].name: String should match pattern"),
+    (_unknown_engine_transport, "ingress.engine_transport: Input should be 'grpc' or 'ray'"),
 ]
 
 

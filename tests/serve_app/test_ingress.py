@@ -6,6 +6,7 @@ import json
 import shutil
 import subprocess
 import time
+from collections.abc import Iterator
 
 import httpx
 import openai
@@ -111,22 +112,68 @@ def _variant(http, name: str) -> dict:
     return next(v for v in http.get("/variants").json()["variants"] if v["name"] == name)
 
 
-def test_disconnect_mid_stream_frees_the_engine(llm_url, http, default_app_args):
-    name = default_app_args["variants"][-1]["name"]
+def _disconnect_mid_stream_and_wait_for_the_engine_to_drop_it(url: str, name: str) -> None:
     body = {"model": name, "prompt": "Long story", "max_tokens": 2000, "stream": True, "ignore_eos": True}
-    with httpx.Client(base_url=llm_url, timeout=60) as c, c.stream("POST", "/v1/completions", json=body) as r:
-        assert r.status_code == 200
-        lines = r.iter_lines()
-        next(line for line in lines if line.startswith("data: "))
+    with httpx.Client(base_url=url, timeout=60) as http:
+        with http.stream("POST", "/v1/completions", json=body) as r:
+            assert r.status_code == 200
+            lines = r.iter_lines()
+            next(line for line in lines if line.startswith("data: "))
+            deadline = time.monotonic() + 30
+            while _variant(http, name)["running_requests"] < 1:  # the board shows the stream running
+                assert time.monotonic() < deadline, _variant(http, name)
+                time.sleep(0.1)
+        # The client is gone: the engine must drop the request.
         deadline = time.monotonic() + 30
-        while _variant(http, name)["running_requests"] < 1:  # the board shows the stream running
-            assert time.monotonic() < deadline, _variant(http, name)
-            time.sleep(0.1)
-    # The client is gone: the engine must drop the request.
-    deadline = time.monotonic() + 30
-    while (v := _variant(http, name))["running_requests"] or v["queued_requests"]:
-        assert time.monotonic() < deadline, v
-        time.sleep(0.2)
+        while (v := _variant(http, name))["running_requests"] or v["queued_requests"]:
+            assert time.monotonic() < deadline, v
+            time.sleep(0.2)
+
+
+def test_disconnect_mid_stream_frees_the_engine(llm_url, default_app_args):
+    _disconnect_mid_stream_and_wait_for_the_engine_to_drop_it(llm_url, default_app_args["variants"][-1]["name"])
+
+
+# --- the engine streams over Ray objects (ingress.engine_transport: ray) instead of gRPC, the default ----------
+
+RAY_PREFIX = "/ray-transport"
+
+
+@pytest.fixture(scope="module")
+def ray_transport_url(serve_url) -> Iterator[str]:
+    from ray import serve
+
+    from serve_app.app import build_app
+
+    args = {
+        "model_name": "ray-transport-llama",
+        "variants": [
+            {
+                "name": "small-over-ray",  # builtin:small: its context outlasts the disconnect test's 2000 tokens
+                "engine": {"backend": "hf", "model": "builtin:small", "device": "cpu", "max_running_requests": 4},
+                "resources": {"num_cpus": 0.25},
+                "num_replicas": 1,
+            }
+        ],
+        "ingress": {"num_cpus": 0.1, "engine_transport": "ray"},
+    }
+    serve.run(build_app(args), name="ray-transport", route_prefix=RAY_PREFIX)
+    yield f"{serve_url}{RAY_PREFIX}"
+    serve.delete("ray-transport")
+
+
+def test_ray_transport_streams_and_answers_whole(ray_transport_url):
+    over_ray = openai.OpenAI(base_url=f"{ray_transport_url}/v1", api_key="unused", max_retries=0, timeout=120)
+    request = {"model": "small-over-ray", "prompt": "Once upon", "max_tokens": 10, "temperature": 0}
+    chunks = list(over_ray.completions.create(stream=True, **request))
+    streamed = "".join(c.choices[0].text for c in chunks if c.choices)
+    full = over_ray.completions.create(**request)
+    assert streamed and full.choices[0].text == streamed  # greedy: the same text either way
+    assert chunks[-1].choices[0].finish_reason == full.choices[0].finish_reason
+
+
+def test_ray_transport_disconnect_mid_stream_frees_the_engine(ray_transport_url):
+    _disconnect_mid_stream_and_wait_for_the_engine_to_drop_it(ray_transport_url, "small-over-ray")
 
 
 def test_variants_reports_replicas_and_stats(http, default_app_args):

@@ -1,11 +1,14 @@
-"""serve_app.metrics: the Grafana dashboard and the exported metrics use exactly the same names."""
+"""serve_app.metrics: the Grafana dashboard and the exported metrics use exactly the same names; the per-chunk
+observations made off the event loop are all made, in order, with their tags."""
 
 from __future__ import annotations
 
 import json
 import re
+import threading
+import time
 
-from serve_app.metrics import METRIC_NAMES
+from serve_app.metrics import METRIC_NAMES, OffLoopObserver
 from tests.conftest import REPO
 
 DASHBOARD = REPO / "docs" / "grafana-dashboard.json"
@@ -30,3 +33,43 @@ def test_metric_names_match_what_the_code_registers():
     source = (REPO / "serve_app" / "metrics.py").read_text()
     registered = set(re.findall(r'metrics\.(?:Counter|Gauge|Histogram)\(\s*"(vs_[a-z0-9_]+)"', source))
     assert registered == set(METRIC_NAMES)
+
+
+class _Histogram:
+    """Records observe calls and the threads they came from, as Ray's histogram would receive them."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[float, dict[str, str], str]] = []
+
+    def observe(self, value: float, tags: dict[str, str]) -> None:
+        self.calls.append((value, tags, threading.current_thread().name))
+
+
+def _wait_for(condition, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+
+
+def test_off_loop_observer_observes_every_value_in_order_off_the_callers_thread():
+    histogram = _Histogram()
+    observer = OffLoopObserver(histogram, period_s=0.01)
+    tags = {"variant": "tiny"}
+    for i in range(100):
+        observer.observe(i / 1000, tags)
+
+    _wait_for(lambda: len(histogram.calls) == 100)
+    assert [c[0] for c in histogram.calls] == [i / 1000 for i in range(100)]
+    assert all(c[1] is tags for c in histogram.calls)
+    assert {c[2] for c in histogram.calls} == {"vs-metrics-observer"}
+
+
+def test_off_loop_observer_keeps_the_newest_when_too_many_wait():
+    histogram = _Histogram()
+    observer = OffLoopObserver(histogram, period_s=0.5, max_pending=3)
+    for i in range(5):
+        observer.observe(float(i), {"variant": "tiny"})
+
+    _wait_for(lambda: len(histogram.calls) == 3)
+    assert [c[0] for c in histogram.calls] == [2.0, 3.0, 4.0]

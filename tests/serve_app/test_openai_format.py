@@ -1,0 +1,58 @@
+"""serve_app.openai_format: the streamed chunks' fast encoding writes exactly what encoding the dict writes,
+and what it writes parses as the openai package's own chunk types."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from openai.types import Completion
+from openai.types.chat import ChatCompletionChunk
+
+from serve_app.openai_format import DONE, ResponseShape, openai_finish_reason, sse
+
+TEXTS = ["", "hi", ' "quoted" \\ back', "line\nbreak\ttab \x00\x1f", "héllo ✓ 😀 中文", "\u2028\u2029", "</script>"]
+
+
+def _shapes(chat: bool) -> list[tuple[ResponseShape, ResponseShape]]:
+    """Pairs of identical shapes, one for each encoding (a chat shape remembers sending the role)."""
+    fields = [
+        {"id": "cmpl-1", "model": "local-llama", "created": 1700000000},
+        {"id": 'cmpl-"odd"', "model": "modèle ✓", "created": 0, "system_fingerprint": "fp_1"},
+    ]
+    return [(ResponseShape(chat=chat, **f), ResponseShape(chat=chat, **f)) for f in fields]
+
+
+@pytest.mark.parametrize("chat", [False, True], ids=["completion", "chat"])
+def test_sse_chunk_writes_the_bytes_of_the_encoded_dict(chat):
+    for by_dict, fast in _shapes(chat):
+        for text in TEXTS:
+            for finish_reason in (None, "length", "stop"):
+                assert fast.sse_chunk(text, finish_reason) == sse(by_dict.chunk(text, finish_reason))
+
+
+def _payload(frame: bytes) -> dict:
+    assert frame.startswith(b"data: ") and frame.endswith(b"\n\n")
+    return json.loads(frame[len(b"data: ") : -2])
+
+
+def test_chat_chunks_carry_the_role_once_and_parse_as_openai_chunks():
+    shape = ResponseShape(id="chatcmpl-1", model="m", created=1, chat=True)
+    first, second, last = (
+        ChatCompletionChunk.model_validate(_payload(shape.sse_chunk(t, r)))
+        for t, r in [("Hel", None), ("lo", None), ("", "stop")]
+    )
+    assert first.choices[0].delta.role == "assistant" and first.choices[0].delta.content == "Hel"
+    assert second.choices[0].delta.role is None and second.choices[0].delta.content == "lo"
+    assert last.choices[0].finish_reason == "stop"
+
+
+def test_completion_chunks_parse_as_openai_completions():
+    shape = ResponseShape(id="cmpl-1", model="m", created=1, chat=False)
+    chunk = Completion.model_validate(_payload(shape.sse_chunk('say "hi"\n', "length")))
+    assert chunk.choices[0].text == 'say "hi"\n' and chunk.choices[0].finish_reason == "length"
+    assert DONE == b"data: [DONE]\n\n"
+
+
+def test_abort_reads_as_stop_and_the_rest_pass_through():
+    assert [openai_finish_reason(r) for r in ("abort", "stop", "length", None)] == ["stop", "stop", "length", None]
