@@ -121,16 +121,7 @@ class InflightBook:
             book.decoding_max_tokens += ticket.max_tokens - 1
             book.decoding_rate += speed
             book.decoding_rate_first_at += now * speed
-        pred = ticket.prediction
-        if pred is not None:
-            self.models[ticket.variant].observe_ttft(
-                ticket.prompt_tokens,
-                1000.0 * (now - ticket.start),
-                queued_tokens_ahead=pred.queued_tokens_ahead,
-                waiting_for_slot=pred.waiting_for_slot,
-                batch_size=pred.batch_size,
-                predicted_ms=pred.ttft_ms,
-            )
+        self._observe_ttft(ticket, now, censored=False)
 
     def close(self, ticket: RouteTicket, completion_tokens: int, now: float, *, ok: bool) -> None:
         """Ends a ticket once. A success teaches TPOT; a failure teaches the time waited as a lower bound
@@ -145,16 +136,8 @@ class InflightBook:
         model = self.models[ticket.variant]
         if ticket.first_token_at is None:
             self._started(book, ticket)
-            if not ok and pred is not None:
-                model.observe_ttft(
-                    ticket.prompt_tokens,
-                    1000.0 * (now - ticket.start),
-                    queued_tokens_ahead=pred.queued_tokens_ahead,
-                    waiting_for_slot=pred.waiting_for_slot,
-                    batch_size=pred.batch_size,
-                    predicted_ms=pred.ttft_ms,
-                    censored=True,
-                )
+            if not ok:
+                self._observe_ttft(ticket, now, censored=True)
             return
         if ticket.max_tokens > 1:
             speed = self._tokens_per_s(ticket)
@@ -176,6 +159,21 @@ class InflightBook:
             prefill_tokens_per_step=shared / steps,
             predicted_ms=pred.tpot_ms,
             censored=not ok,
+        )
+
+    def _observe_ttft(self, ticket: RouteTicket, now: float, *, censored: bool) -> None:
+        """Teaches the variant's model the time from dispatch to now as TTFT (a lower bound when ``censored``)."""
+        pred = ticket.prediction
+        if pred is None:
+            return
+        self.models[ticket.variant].observe_ttft(
+            ticket.prompt_tokens,
+            1000.0 * (now - ticket.start),
+            queued_tokens_ahead=pred.queued_tokens_ahead,
+            waiting_for_slot=pred.waiting_for_slot,
+            batch_size=pred.batch_size,
+            predicted_ms=pred.ttft_ms,
+            censored=censored,
         )
 
     def _tokens_per_s(self, ticket: RouteTicket) -> float:

@@ -1,9 +1,8 @@
 """OpenAI response bodies and SSE framing.
 
 The shapes follow ``openai.types.Completion`` / ``openai.types.chat.ChatCompletion(Chunk)`` exactly (the tests
-parse our output with those types). Bodies are plain dicts + ``json.dumps``, except the streamed text chunks,
-the per-token path: ``ResponseShape.sse_chunk`` writes the same bytes as ``sse(chunk(...))`` from a prefix
-encoded once per response, with only the text (and a finish reason) encoded per chunk.
+parse our output with those types). Bodies are plain dicts + one shared JSON encoder: a hand-built byte template
+for the streamed chunks measured under 1% of the ingress's per-chunk CPU, not worth a second copy of the shape.
 """
 
 from __future__ import annotations
@@ -20,14 +19,6 @@ _encode = _ENCODER.encode
 
 def sse(payload: dict) -> bytes:
     return b"data: " + _encode(payload).encode() + b"\n\n"
-
-
-def _chunk_tail(finish_reason: str | None) -> bytes:
-    """What follows a text chunk's text: the finish reason, then the closing brackets and the SSE frame end."""
-    return b',"finish_reason":' + _encode(finish_reason).encode() + b',"logprobs":null}]}\n\n'
-
-
-_TAIL_OPEN = _chunk_tail(None)  # every chunk but the last
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict:
@@ -48,12 +39,6 @@ class ResponseShape:
     chat: bool
     system_fingerprint: str | None = None
     _sent_role: bool = field(default=False)
-    _prefix: bytes = field(default=b"", init=False, repr=False)  # sse_chunk's bytes up to the text
-
-    def __post_init__(self) -> None:
-        head = _encode(self._base(self.chunk_object))[:-1]  # the shared fields, without the closing brace
-        opening = '"delta":{"content":' if self.chat else '"text":'
-        self._prefix = f'data: {head},"choices":[{{"index":0,{opening}'.encode()
 
     @property
     def chunk_object(self) -> str:
@@ -78,15 +63,8 @@ class ResponseShape:
         return body
 
     def sse_chunk(self, text: str, finish_reason: str | None) -> bytes:
-        """``sse(self.chunk(text, finish_reason))``, byte for byte, without building and encoding the dict."""
-        tail = _TAIL_OPEN if finish_reason is None else _chunk_tail(finish_reason)
-        if self.chat:
-            role = b""
-            if not self._sent_role:
-                role = b',"role":"assistant"'
-                self._sent_role = True
-            return self._prefix + _encode(text).encode() + role + b"}" + tail
-        return self._prefix + _encode(text).encode() + tail
+        """One streamed text chunk, framed for SSE."""
+        return sse(self.chunk(text, finish_reason))
 
     def usage_chunk(self, prompt_tokens: int, completion_tokens: int) -> dict:
         body = self._base(self.chunk_object)
