@@ -113,6 +113,15 @@ class RouterConfig(_Strict):
         description="When no admissible variant is predicted to meet the SLO: 'degrade' takes the one with "
         "the smallest predicted violation, 'reject' answers 429 with Retry-After (policy 'slo' only).",
     )
+    shed_ttft_ratio: float | None = Field(
+        1.5,
+        gt=1,
+        description="Admission control by prediction (policy 'slo', on_violation 'degrade'): a request "
+        "predicted to wait so long for its first token that its TTFT would exceed this many times its "
+        "target on every variant that could take it, because of the work queued there, is answered 429 "
+        "with a Retry-After of when the queue should have room, instead of being served late and "
+        "delaying everyone behind it (router/shedding.py). None degrades every request.",
+    )
     tiers: dict[TierName, SLOTier] = Field(
         default_factory=_default_tiers,
         min_length=1,

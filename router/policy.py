@@ -33,7 +33,8 @@ How ``slo`` judges, and why:
   one to the edge of its SLO. Objective ``cost`` takes the cheapest meeting variant, ties by slack.
 * **Spill before degrading.** Every admissible variant meeting the SLO (the smaller ones included) is
   tried before any degrades; only when none meets does the request go to the smallest predicted
-  (conservative) violation, or get rejected with ``on_violation: reject``.
+  (conservative) violation, or get rejected with ``on_violation: reject``. A request the queues make
+  hopeless everywhere is shed with a 429 rather than degraded (``shed_ttft_ratio``, ``router.shedding``).
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ from router.config import RouterConfig
 from router.latency import Load
 from router.load import queue_bound, replica_load, serving_replicas
 from router.reservation import record_exclusive, reserve_room
+from router.shedding import idle_ttft_ms, is_hopeless
+from router.shedding import retry_after_s as shed_retry_after_s
 from router.types import Decision, Prediction, Reason, RequestFeatures, RouterState, VariantView
 
 
@@ -130,20 +133,31 @@ def _route_slo(
     if not admissible:
         return _reject_overloaded(predictions, config)
 
-    meeting = [v for v in admissible if predictions[v.name].meets_slo]
+    sure = [v for v in admissible if predictions[v.name].meets_slo]
+    # Those whose *mean* prediction meets the SLO: the best chance of a request no variant is sure to meet
+    # (see _expected_ratio), and where a request may go when the sure ones are reserved for others.
+    likely = [v for v in admissible if _expected_ratio(request, predictions[v.name]) <= 1.0]
+    meeting = sure or likely
     if len(candidates) == 1 or len(meeting) == 1:
         # Only this variant can take the request (by context, or by SLO now): it reserves room there.
         only = candidates[0] if len(candidates) == 1 else meeting[0]
         record_exclusive(state.exclusive, only.name, request, state.decisions)
+    elif not meeting:
+        # Missed everywhere: the variant that suits it best when idle is where it needs room kept.
+        record_exclusive(state.exclusive, _home(request, admissible, loads).name, request, state.decisions)
     if meeting:
         best, reason = _best_meeting(meeting, predictions, config)
-        if len(meeting) > 1 and config.reserve_slack > 0:
-            room = {v.name: _reserve_room(v, loads[v.name], request, state, config) for v in meeting}
-            free = [v for v in meeting if room[v.name] >= config.reserve_slack]
-            pool = free or [max(meeting, key=lambda v: room[v.name])]
-            kept, _ = _best_meeting(pool, predictions, config)
-            if kept.name != best.name:
-                best, reason = kept, Reason.SLO_MET_AROUND_RESERVATION
+        if not sure:
+            reason = Reason.SLO_LIKELY
+        options = meeting + [v for v in likely if v not in meeting]
+        if len(options) > 1 and config.reserve_slack > 0:
+            room = {v.name: _reserve_room(v, loads[v.name], request, state, config) for v in options}
+            if room[best.name] < config.reserve_slack:
+                free = [v for v in options if room[v.name] >= config.reserve_slack]
+                pool = [v for v in free if v in meeting] or free or [max(meeting, key=lambda v: room[v.name])]
+                kept, _ = _best_meeting(pool, predictions, config)
+                if kept.name != best.name:
+                    best, reason = kept, Reason.SLO_MET_AROUND_RESERVATION
         return Decision(best.name, reason, predictions)
 
     if config.on_violation == "reject":
@@ -155,8 +169,48 @@ def _route_slo(
             retry_after_s=config.retry_after_s,
             detail="No variant can meet this request's latency targets now; retry later or relax them.",
         )
-    best = min(admissible, key=lambda v: (predictions[v.name].violation, -v.quality))
+    if config.shed_ttft_ratio is not None and is_hopeless(
+        request, admissible, loads, predictions, config.shed_ttft_ratio
+    ):
+        return Decision(
+            None,
+            Reason.SHED_HOPELESS,
+            predictions,
+            reject_status=429,
+            retry_after_s=shed_retry_after_s(request, admissible, predictions, config.retry_after_s),
+            detail="Every variant that could take this request has so much work queued that it would miss "
+            "its time-to-first-token target several times over; retry after the Retry-After interval.",
+        )
+    best = min(admissible, key=lambda v: (_expected_ratio(request, predictions[v.name]), -v.quality))
     return Decision(best.name, Reason.DEGRADED_SMALLEST_VIOLATION, predictions)
+
+
+def _home(request: RequestFeatures, variants: Sequence[VariantView], loads: Mapping[str, Load]) -> VariantView:
+    """The variant whose idle replica would give ``request`` the most room under its targets."""
+
+    def idle_ratio(view: VariantView) -> float:
+        ratio = 0.0
+        if request.slo.ttft_ms is not None:
+            ratio = idle_ttft_ms(request, view, loads[view.name]) / request.slo.ttft_ms
+        if request.slo.tpot_ms is not None:
+            ratio = max(ratio, view.latency.predict_tpot_ms(1.0, 0.0) / request.slo.tpot_ms)
+        return ratio
+
+    return min(variants, key=idle_ratio)
+
+
+def _expected_ratio(request: RequestFeatures, prediction: Prediction) -> float:
+    """The *mean* prediction's largest ratio to a target (above 1: a miss): where a request that no variant
+    is sure to meet has its best chance. The conservative figures judge "sure to meet"; they are the wrong
+    measure here, because a busy variant's error margin is wide and would make it look worse than a slower
+    variant that will in fact miss. A ratio, not an overshoot, so that among variants whose mean prediction
+    meets the targets the one with the most room wins."""
+    ratio = 0.0
+    if request.slo.ttft_ms is not None:
+        ratio = prediction.ttft_ms / request.slo.ttft_ms
+    if request.slo.tpot_ms is not None and request.max_tokens > 1:
+        ratio = max(ratio, prediction.tpot_ms / request.slo.tpot_ms)
+    return ratio
 
 
 def _best_meeting(

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from router.latency import LatencyModel
 
 if TYPE_CHECKING:
-    from router.reservation import ExclusiveDemand
+    from router.reservation import ExclusiveDemand, Targets
 
 
 class Reason(StrEnum):
@@ -25,6 +25,8 @@ class Reason(StrEnum):
     SLO_MET_LOWEST_COST = "slo_met_lowest_cost"
     # Met elsewhere: the preferred variant was kept for requests that only it can take (router.reservation).
     SLO_MET_AROUND_RESERVATION = "slo_met_around_reservation"
+    # No variant is sure to meet the SLO (conservative prediction), this one likely will (mean prediction).
+    SLO_LIKELY = "slo_likely"
     DEGRADED_SMALLEST_VIOLATION = "degraded_smallest_violation"
     ROUND_ROBIN = "round_robin"
     LEAST_LOADED = "least_loaded"
@@ -35,6 +37,8 @@ class Reason(StrEnum):
     REJECTED_UNAVAILABLE = "rejected_unavailable"  # 503: no replica ready (or starting, where allowed)
     REJECTED_OVERLOADED = "rejected_overloaded"  # 429: every candidate's queue is past the request's bound
     REJECTED_SLO = "rejected_slo"  # 429: no candidate predicted to meet the SLO and on_violation=reject
+    # 429: no candidate meets the SLO and the queues make the miss hopeless everywhere (router.shedding)
+    SHED_HOPELESS = "shed_hopeless"
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,4 +140,5 @@ class RouterState:
 
     round_robin_next: int = 0
     decisions: int = 0  # routing decisions made so far: the clock of the reservations
-    exclusive: dict[str, ExclusiveDemand] = field(default_factory=dict)  # per variant (router.reservation)
+    # Per variant, per pair of targets (router.reservation).
+    exclusive: dict[str, dict[Targets, ExclusiveDemand]] = field(default_factory=dict)

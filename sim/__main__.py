@@ -1,6 +1,6 @@
 """``python -m sim``: the built-in cluster scenario, or ``python -m sim calibrate`` against a real run.
 
-    python -m sim --json out.json [--scenario builtin|heterogeneous] [--rate-scale 1] [--out DIR]
+    python -m sim --json out.json [--scenario builtin|heterogeneous|tiers] [--rate-scale 1] [--out DIR]
                   [--duration-s 3600] [--policies slo largest] [--scaling static]
     python -m sim calibrate --records records.jsonl --profile PROFILE [--replicas N] [--json out.json]
 
@@ -39,7 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
         choices=sorted(SCENARIOS),
         default="builtin",
         help="builtin: 64 H200s, 1 h with a 5x spike (docs/sim.md); heterogeneous: 24 H200s whose variants "
-        "hold different contexts, steady traffic (router.reservation's case)",
+        "hold different contexts, steady traffic (router.reservation's case); tiers: 18 H200s whose variants "
+        "decode at different speeds, chat at two SLO tiers",
     )
     run.add_argument("--duration-s", type=float, default=None, help="default: the scenario's own")
     run.add_argument("--rate-scale", type=float, default=1.0, help="multiply every stream's rate")
@@ -48,8 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--replica-choice",
         choices=["power_of_two", "least_prefill"],
-        default="power_of_two",
-        help="replica choice within a variant: Serve's default, or the least queued prompt work (the app's default)",
+        default=None,
+        help="replica choice within a variant: Serve's default, or the least queued prompt work (the app's "
+        "default); default: the scenario's (tiers: least_prefill, the others: power_of_two)",
     )
     run.add_argument("--workers", type=int, default=None, help="processes (default: one per CPU)")
 
@@ -75,7 +77,7 @@ def _run(args: argparse.Namespace) -> int:
         update={
             "policies": args.policies,
             "scaling": args.scaling or scenario.scaling,
-            "replica_choice": args.replica_choice,
+            "replica_choice": args.replica_choice or scenario.replica_choice,
         }
     )
     started = time.perf_counter()

@@ -21,7 +21,8 @@ prefill, 2 ms per iteration of scheduling/sampling/launch overhead, an FP8 KV ca
 sequence of 2048 tokens, 8 GB per GPU reserved for activations and the runtime, 90% of the rest to KV.
 INT4 AWQ is weight-only (W4A16): its matmuls run at BF16 rates, its weights stream at half a byte.
 Start-up times are guesses for a warm node with the checkpoint on local NVMe: 60 s for 4 GB of INT4
-weights and engine warm-up, 180 s for 70 GB of FP8 weights loaded by four TP ranks.
+weights and engine warm-up, 180 s for 70 GB of FP8 weights loaded by four TP ranks, 240 s for 141 GB of
+BF16 weights loaded by two.
 """
 
 from __future__ import annotations
@@ -67,7 +68,27 @@ LLAMA_70B_FP8_TP4_H200 = Roofline(
     source="roofline estimate, Llama-3.1-70B FP8 tensor parallel 4 on 4x H200 (sim/profiles.py)",
 )
 
+# The same model unquantized on half the GPUs: a cheaper build whose decode step is three times slower, so
+# that its TPOT reaches an interactive 50 ms target once its batch and prefill load grow.
+LLAMA_70B_BF16_TP2_H200 = Roofline(
+    params_b=70.6,
+    bytes_per_param=2.0,
+    layers=80,
+    kv_heads=8,
+    head_dim=128,
+    tp=2,
+    hbm_tb_per_s=H200_HBM_TB_PER_S,
+    hbm_gb=H200_HBM_GB,
+    tflops=H100_H200_BF16_TFLOPS,
+).profile(
+    max_running_requests=64,
+    context_length=32768,
+    startup_s=240.0,
+    source="roofline estimate, Llama-3.1-70B BF16 tensor parallel 2 on 2x H200 (sim/profiles.py)",
+)
+
 BUILTIN_PROFILES: dict[str, EngineProfile] = {
     "llama-8b-int4-h200": LLAMA_8B_INT4_H200,
     "llama-70b-fp8-tp4-h200": LLAMA_70B_FP8_TP4_H200,
+    "llama-70b-bf16-tp2-h200": LLAMA_70B_BF16_TP2_H200,
 }

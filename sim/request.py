@@ -29,7 +29,7 @@ class SimRequest:
     first_token_s: float | None = None
     end_s: float | None = None
     reject_status: int | None = None
-    reject_reason: str | None = None
+    route_reason: str | None = None  # the decision's reason, as x-route-reason carries it
     ticket: RouteTicket | None = None  # the ingress's booking (router.inflight), from dispatch to close
 
     @property

@@ -332,22 +332,83 @@ def heterogeneous_scenario(duration_s: float = 600.0, rate_scale: float = 1.0) -
         ),
     ]
 
-    def steady(name: str, rate: float, seed: int, workload: WorkloadConfig) -> Stream:
-        arrivals = PoissonArrivals(rate=rate)
-        return Stream(name=name, arrivals=arrivals, workload=workload.model_copy(update={"seed": seed}))
-
     return Scenario(
         name="heterogeneous: 24x H200, 8B INT4 (8k context) + 70B FP8 TP4 (32k), steady chat, long RAG, batch",
         duration_s=duration_s,
         pools=pools,
         streams=[
-            steady("chat", 6.0 * rate_scale, 1, chat),
-            steady("rag", 1.0 * rate_scale, 2, rag),
-            steady("batch", 1.0 * rate_scale, 3, batch),
+            _steady("chat", 6.0 * rate_scale, 1, chat),
+            _steady("rag", 1.0 * rate_scale, 2, rag),
+            _steady("batch", 1.0 * rate_scale, 3, batch),
         ],
         router=router,
         scaling=["static"],
     )
 
 
-SCENARIOS = {"builtin": builtin_scenario, "heterogeneous": heterogeneous_scenario}
+def tiers_scenario(duration_s: float = 300.0, rate_scale: float = 1.0) -> Scenario:
+    """18 H200s: 2 one-GPU INT4 8B replicas (fast decode) and 8 BF16 70B TP2 replicas (better answers, a
+    decode step ~8x longer); chat at two tiers (interactive and standard, the same lengths), RAG (standard,
+    ~4k-token prompts) and batch jobs at 4 + 4 + 1 + 0.5 req/s times ``rate_scale``, steady, static pools.
+
+    Here a request's tier does not follow from its length, and the large variant meets the interactive
+    TPOT target only while lightly loaded: the case where a router must know both each request's SLO and
+    each variant's speed. Sweep ``rate_scale`` (1 to 6 spans idle to past the fleet's capacity).
+    """
+    router = RouterConfig()
+    tiers = {
+        name: SloTier(name=name, weight=1.0, ttft_ms=t.ttft_ms, tpot_ms=t.tpot_ms) for name, t in router.tiers.items()
+    }
+    chat_input = NormalLength(mean=600, std=300, low=32, high=3000)
+    chat_output = NormalLength(mean=200, std=80, low=16, high=800)
+    chat_interactive = WorkloadConfig(input_len=chat_input, output_len=chat_output, tiers=[tiers["interactive"]])
+    chat_standard = WorkloadConfig(input_len=chat_input, output_len=chat_output, tiers=[tiers["standard"]])
+    rag = WorkloadConfig(
+        input_len=NormalLength(mean=4000, std=1500, low=1500, high=12000),
+        output_len=NormalLength(mean=300, std=100, low=32, high=1000),
+        tiers=[tiers["standard"]],
+    )
+    batch = WorkloadConfig(
+        input_len=NormalLength(mean=2000, std=1000, low=100, high=6000),
+        output_len=NormalLength(mean=600, std=200, low=64, high=1500),
+        tiers=[tiers["batch"]],
+    )
+    pools = [
+        PoolSpec(
+            name="llama-8b-int4",
+            profile="llama-8b-int4-h200",
+            gpus=2,
+            quality=0.6,
+            cost_per_1k_tokens=0.02,
+            max_ongoing_requests=128,
+        ),
+        PoolSpec(
+            name="llama-70b-bf16-tp2",
+            profile="llama-70b-bf16-tp2-h200",
+            gpus=16,
+            quality=0.9,
+            cost_per_1k_tokens=0.1,
+            max_ongoing_requests=64,
+        ),
+    ]
+    return Scenario(
+        name="tiers: 18x H200, 8B INT4 (fast decode) + 70B BF16 TP2 (slow decode), chat at two tiers, RAG, batch",
+        duration_s=duration_s,
+        pools=pools,
+        streams=[
+            _steady("chat-interactive", 4.0 * rate_scale, 1, chat_interactive),
+            _steady("chat-standard", 4.0 * rate_scale, 2, chat_standard),
+            _steady("rag", 1.0 * rate_scale, 3, rag),
+            _steady("batch", 0.5 * rate_scale, 4, batch),
+        ],
+        router=router,
+        scaling=["static"],
+        replica_choice="least_prefill",
+    )
+
+
+def _steady(name: str, rate: float, seed: int, workload: WorkloadConfig) -> Stream:
+    return Stream(name=name, arrivals=PoissonArrivals(rate=rate), workload=workload.model_copy(update={"seed": seed}))
+
+
+SCENARIOS = {"builtin": builtin_scenario, "heterogeneous": heterogeneous_scenario, "tiers": tiers_scenario}

@@ -162,9 +162,9 @@ class Simulation:
     def _arrive(self, request: SimRequest, now: float) -> bool:
         """Routes and dispatches one request; False when the router rejected it."""
         decision = route(request.features, self._views(now), self.router, self.state)
+        request.route_reason = str(decision.reason)
         if decision.variant is None:
             request.reject_status = decision.reject_status
-            request.reject_reason = str(decision.reason)
             request.end_s = now
             return False
         name = decision.variant
@@ -274,11 +274,12 @@ def _record(request: SimRequest, variants: dict[str, SimVariant]) -> RequestReco
         slo_ttft_ms=slo.ttft_ms,
         slo_tpot_ms=slo.tpot_ms,
         variant=request.variant,
+        route_reason=request.route_reason,
     )
     if request.reject_status is not None:
         record.status = request.reject_status
         record.error_type = _ERROR_TYPES.get(request.reject_status, f"http_{request.reject_status}")
-        record.error_message = request.reject_reason
+        record.error_message = request.route_reason
         record.e2e_s = 0.0
         return record
     if request.first_token_s is None or request.end_s is None or request.variant is None:

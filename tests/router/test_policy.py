@@ -7,7 +7,7 @@ import pytest
 
 from router import SLO, Reason, RequestFeatures, RouterConfig, RouterState, route
 from router.config import Policy
-from tests.router.views import big, saturated, small
+from tests.router.views import big, saturated, small, with_error_margins
 
 INTERACTIVE = SLO(ttft_ms=300.0, tpot_ms=50.0)
 ALL_POLICIES: list[Policy] = ["slo", "round_robin", "least_loaded", "length_threshold", "largest"]
@@ -111,6 +111,29 @@ def test_degrade_takes_the_smallest_predicted_violation():
     assert 0 < decision.predictions["small"].violation < decision.predictions["big"].violation
 
 
+def test_degrade_goes_where_the_mean_prediction_misses_least_not_the_conservative_one():
+    # small: 10 + (100 + 1100 queued) x 0.1 = 130 ms, but its outcomes ran 100% over its predictions
+    # (conservative: 130 x 2.5 = 325 ms); big: 150 ms with no error seen. Target 100 ms: both miss.
+    variants = [with_error_margins(small(queued_prompt_tokens=1100), ttft=1.0), big()]
+
+    decision = decide(request(slo=SLO(ttft_ms=100.0)), variants)
+
+    assert decision.reason == Reason.DEGRADED_SMALLEST_VIOLATION
+    assert decision.predictions["small"].ttft_upper_ms > decision.predictions["big"].ttft_upper_ms
+    assert decision.variant == "small"  # 130 ms expected beats 150 ms
+
+
+def test_when_no_variant_is_sure_to_meet_the_slo_one_likely_to_takes_the_request():
+    # big: 50 + 100 + 130 queued = 280 ms: under the 300 ms target, not under 300 less the 10% headroom.
+    variants = [small(**saturated(queued=30)), big(queued_requests=1, queued_prompt_tokens=130)]
+
+    decision = decide(request(), variants)
+
+    assert not decision.predictions["big"].meets_slo
+    assert decision.variant == "big"
+    assert decision.reason == Reason.SLO_LIKELY
+
+
 def test_reject_answers_429_with_retry_after_and_the_predictions():
     impossible = SLO(ttft_ms=5.0, tpot_ms=None)
 
@@ -209,7 +232,8 @@ def test_every_queue_past_its_bound_answers_429_with_retry_after():
 
 def test_sheddable_requests_are_rejected_while_others_are_still_admitted():
     variants = [small(**saturated(queued=4)), big(**saturated(queued=4))]  # 5 waiting for a slot, each
-    config = {"queue_bound_per_replica": 8, "sheddable_queue_bound_per_replica": 2}
+    # Queue bounds alone (shedding by predicted TTFT would turn the interactive request away too).
+    config = {"queue_bound_per_replica": 8, "sheddable_queue_bound_per_replica": 2, "shed_ttft_ratio": None}
 
     interactive = decide(request(), variants, **config)
     batch = decide(request(sheddable=True), variants, **config)
@@ -229,7 +253,7 @@ def test_a_sheddable_request_leaves_a_queued_variant_to_the_interactive_ones():
 
 def test_lower_priority_requests_are_rejected_first():
     variants = [small(**saturated(queued=4)), big(**saturated(queued=4))]  # 5 waiting for a slot, each
-    config = {"queue_bound_per_replica": 4, "queue_bound_per_priority": 2}
+    config = {"queue_bound_per_replica": 4, "queue_bound_per_priority": 2, "shed_ttft_ratio": None}
 
     assert decide(request(priority=0), variants, **config).reason == Reason.REJECTED_OVERLOADED
     assert decide(request(priority=1), variants, **config).variant is not None

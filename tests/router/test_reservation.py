@@ -29,7 +29,7 @@ def seen_a_long_prompt(config: RouterConfig) -> RouterState:
     state = RouterState()
     decision = route(request(3000, LONG), [small(), big()], config, state)
     assert decision.variant == "big"
-    assert state.exclusive["big"].ttft_ms == LONG.ttft_ms
+    assert (LONG.ttft_ms, LONG.tpot_ms) in state.exclusive["big"]
     return state
 
 
@@ -115,3 +115,49 @@ def test_requests_without_targets_reserve_nothing():
     record_exclusive(state.exclusive, "big", request(3000, NO_SLO), decision=1)
 
     assert state.exclusive == {}
+
+
+def test_the_tightest_kind_of_exclusive_demand_sets_the_reservation():
+    # small was recently the only home of one interactive request and of many loose ones. A cheap batch job
+    # after which an interactive request on small would wait 10 + (100 + 1500 + 1000) x 0.1 = 270 ms of 300
+    # (room 0.1) goes to big, however many loose requests (whose targets it leaves room under) came since.
+    config = RouterConfig(objective="cost")
+    state = RouterState()
+    record_exclusive(state.exclusive, "small", request(100, INTERACTIVE), state.decisions)
+    for _ in range(30):
+        record_exclusive(state.exclusive, "small", request(100, SLO(ttft_ms=10_000.0)), state.decisions)
+
+    decision = route(request(1000, NO_SLO), [small(queued_requests=1, queued_prompt_tokens=1500), big()], config, state)
+
+    assert decision.variant == "big"
+    assert decision.reason == Reason.SLO_MET_AROUND_RESERVATION
+
+
+def test_a_request_missed_everywhere_reserves_room_where_it_fits_best_when_idle():
+    # Both queued far beyond the interactive target; idle, small would give 20 ms and big 150 ms.
+    variants = [
+        small(queued_requests=1, queued_prompt_tokens=20_000),
+        big(queued_requests=1, queued_prompt_tokens=3000),
+    ]
+    state = RouterState()
+
+    decision = route(request(100, INTERACTIVE), variants, RouterConfig(shed_ttft_ratio=None), state)
+
+    assert decision.reason == Reason.DEGRADED_SMALLEST_VIOLATION
+    assert (INTERACTIVE.ttft_ms, INTERACTIVE.tpot_ms) in state.exclusive["small"]
+    assert "big" not in state.exclusive
+
+
+def test_a_request_sure_to_meet_only_on_a_reserved_variant_moves_to_one_likely_to_meet():
+    # small: 10 + (100 + 2500) x 0.1 = 270 ms meets 1000 (less 10% headroom), and leaves an interactive
+    # request 10 + 2700 x 0.1 = 280 ms of 300; big: 50 + 100 + 800 = 950 ms is likely (under 1000), not sure.
+    config = RouterConfig()
+    state = RouterState()
+    record_exclusive(state.exclusive, "small", request(100, INTERACTIVE), state.decisions)
+    variants = [small(queued_requests=1, queued_prompt_tokens=2500), big(queued_requests=1, queued_prompt_tokens=800)]
+
+    decision = route(request(100, SLO(ttft_ms=1000.0)), variants, config, state)
+
+    assert decision.predictions["small"].meets_slo and not decision.predictions["big"].meets_slo
+    assert decision.variant == "big"
+    assert decision.reason == Reason.SLO_MET_AROUND_RESERVATION

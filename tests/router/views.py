@@ -53,3 +53,11 @@ def saturated(**overrides: Any) -> dict[str, Any]:
         "queued_prompt_tokens": 500 * queued,
         **overrides,
     }
+
+
+def with_error_margins(view: VariantView, *, ttft: float = 0.0, tpot: float = 0.0) -> VariantView:
+    """``view`` whose latency model has learned these error margins (as if outcomes had run that far above
+    its predictions), so its conservative predictions differ from its mean ones by a known factor."""
+    view.latency._ttft_error.value = ttft
+    view.latency._tpot_error.value = tpot
+    return view
