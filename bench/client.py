@@ -183,6 +183,8 @@ async def send_request(
             record.status = response.status_code
             record.variant = response.headers.get("x-route-variant")
             record.route_reason = response.headers.get("x-route-reason")
+            record.predicted_ttft_ms = _float_header(response.headers.get("x-route-predicted-ttft-ms"))
+            record.predicted_tpot_ms = _float_header(response.headers.get("x-route-predicted-tpot-ms"))
             record.server_request_id = response.headers.get("x-request-id")
             if response.status_code != 200:
                 await response.aread()
@@ -224,3 +226,13 @@ async def send_request(
         record.tpot_s = time_per_output_token(record.e2e_s, record.ttft_s, record.output_tokens)
     record.slo_met = slo_met(record)
     return record
+
+
+def _float_header(value: str | None) -> float | None:
+    """A numeric response header, or None when absent or not a number (an older server, a proxy's edit)."""
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        return None

@@ -38,6 +38,9 @@ class RequestRecord:
     slo_met: bool = False
     variant: str | None = None  # response header x-route-variant: which engine variant served it
     route_reason: str | None = None  # response header x-route-reason: why the router chose it (or refused)
+    # Response headers x-route-predicted-ttft-ms / -tpot-ms: the router's mean predictions for this request.
+    predicted_ttft_ms: float | None = None
+    predicted_tpot_ms: float | None = None
     server_request_id: str | None = None  # response header x-request-id
     done: bool = False  # the stream ended with data: [DONE]
     cancelled: bool = False  # the client abandoned the stream on purpose (RequestSpec.cancel_after_chunks)

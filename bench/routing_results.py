@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 
 from pydantic import BaseModel, Field
 
+from bench.prediction import PredictionAccuracy, prediction_accuracy
 from bench.records import RequestRecord
 from bench.summary import Summary, summarize
 
@@ -37,6 +38,11 @@ class SweepPoint(BaseModel):
     quality_met: float | None = Field(
         description="Mean quality of the variants that served the requests meeting their SLO: what the SLO "
         "policy's 'quality' objective buys (None when none met it)."
+    )
+    prediction: dict[str, PredictionAccuracy] = Field(
+        default_factory=dict,
+        description="Per variant: measured / predicted TTFT and TPOT of the requests it served, from the "
+        "router's x-route-predicted-* headers (bench.prediction).",
     )
 
 
@@ -89,6 +95,7 @@ def sweep_point(
         reasons=reason_counts(records),
         quality_met=mean_quality(records, qualities),
         short_behind_long=short_behind_long(records, long_prompt_tokens),
+        prediction=prediction_accuracy(records),
         long_on_variant=dict(
             sorted(Counter(r.variant or NO_VARIANT for r in records if r.prompt_tokens > long_prompt_tokens).items())
         ),
@@ -208,3 +215,22 @@ def interference_table(points: Sequence[SweepPoint]) -> str:
             cells.append(f"{met}/{n}" if n else "-")
         lines.append(f"| {p.policy} | {p.rate:.2f} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def prediction_table(points: Sequence[SweepPoint]) -> str:
+    """Measured / predicted TTFT and TPOT (median, p90) per (policy, rate, variant), where predictions came."""
+    lines = [
+        "| policy | rate | variant | requests | TTFT measured / predicted p50 / p90 | TPOT p50 / p90 |",
+        "|---|---:|---|---:|---:|---:|",
+    ]
+    for p in points:
+        for variant, acc in p.prediction.items():
+            lines.append(
+                f"| {p.policy} | {p.rate:.2f} | {variant} | {acc.ttft.count} | "
+                f"{_ratio(acc.ttft.p50)} / {_ratio(acc.ttft.p90)} | {_ratio(acc.tpot.p50)} / {_ratio(acc.tpot.p90)} |"
+            )
+    return "\n".join(lines)
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"

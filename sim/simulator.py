@@ -275,6 +275,8 @@ def _record(request: SimRequest, variants: dict[str, SimVariant]) -> RequestReco
         slo_tpot_ms=slo.tpot_ms,
         variant=request.variant,
         route_reason=request.route_reason,
+        predicted_ttft_ms=None if request.prediction is None else request.prediction.ttft_ms,
+        predicted_tpot_ms=None if request.prediction is None else request.prediction.tpot_ms,
     )
     if request.reject_status is not None:
         record.status = request.reject_status

@@ -81,7 +81,12 @@ def error_response(body: dict[str, Any]) -> Response | None:
 
 
 def response_headers(request_id: str | None) -> dict[str, str]:
-    return {"x-route-variant": VARIANT, "x-request-id": f"srv-{request_id}"}
+    return {
+        "x-route-variant": VARIANT,
+        "x-request-id": f"srv-{request_id}",
+        "x-route-predicted-ttft-ms": "180",
+        "x-route-predicted-tpot-ms": "52.5",
+    }
 
 
 def make_app(variants: list[dict[str, Any]] | None = None) -> Starlette:

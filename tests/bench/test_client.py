@@ -3,7 +3,7 @@
 import httpx
 import pytest
 
-from bench.client import MonotonicClock, TargetConfig, is_loopback, send_request
+from bench.client import MonotonicClock, TargetConfig, _float_header, is_loopback, send_request
 from bench.workload import RequestSpec, Slo
 from tests.bench.fake_openai import FIRST_DELAY_S, GAP_S, ManualClock, clocked_transport
 
@@ -48,6 +48,7 @@ async def test_times_equal_the_servers_schedule_exactly():
     assert r.tpot_s == pytest.approx(GAP_S, abs=1e-9)
     assert (r.output_tokens, r.chunks, r.prompt_tokens) == (11, 11, 3)
     assert (r.variant, r.server_request_id, r.request_id) == ("tiny", "srv-req-1", "req-1")
+    assert (r.predicted_ttft_ms, r.predicted_tpot_ms) == (180.0, 52.5)  # the router's x-route-predicted-*
     assert r.slo_met  # exactly on both targets
 
 
@@ -196,3 +197,8 @@ def test_endpoint_and_body():
     assert t.headers(spec(slo=Slo(tier="gold")), "x")["authorization"] == "Bearer k"
     with pytest.raises(ValueError, match="text prompts"):
         t.body(spec())
+
+
+@pytest.mark.parametrize(("value", "parsed"), [("180", 180.0), ("52.5", 52.5), (None, None), ("soon", None)])
+def test_a_predicted_latency_header_that_is_absent_or_not_a_number_reads_as_none(value, parsed):
+    assert _float_header(value) == parsed

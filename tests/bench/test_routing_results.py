@@ -8,6 +8,7 @@ from bench.routing_results import (
     interference_table,
     markdown_table,
     mean_quality,
+    prediction_table,
     reason_counts,
     reasons_table,
     short_behind_long,
@@ -120,3 +121,14 @@ def test_short_requests_are_split_by_whether_a_long_prompt_was_in_flight_on_thei
     lines = interference_table([p]).splitlines()
     assert lines[0] == "| policy | rate | small behind long | small clear | tiny clear |"
     assert lines[2] == "| slo | 1.00 | 0/1 | 1/1 | 1/1 |"
+
+
+def test_a_point_carries_the_routers_prediction_accuracy_per_variant_and_the_table_shows_it():
+    # ttft 100 ms and tpot 10 ms measured against predictions of 50 ms and 10 ms.
+    records = [record(i, predicted_ttft_ms=50.0, predicted_tpot_ms=10.0) for i in range(3)] + [rejected(3)]
+
+    p = sweep_point("slo", 2.0, records, long_prompt_tokens=1024, qualities=QUALITY)
+
+    assert set(p.prediction) == {"tiny"}
+    assert (p.prediction["tiny"].ttft.count, p.prediction["tiny"].ttft.p50) == (3, pytest.approx(2.0))
+    assert prediction_table([p]).splitlines()[2] == "| slo | 2.00 | tiny | 3 | 2.00 / 2.00 | 1.00 / 1.00 |"
