@@ -185,6 +185,8 @@ async def send_request(
             record.route_reason = response.headers.get("x-route-reason")
             record.predicted_ttft_ms = _float_header(response.headers.get("x-route-predicted-ttft-ms"))
             record.predicted_tpot_ms = _float_header(response.headers.get("x-route-predicted-tpot-ms"))
+            timing = server_timing(response.headers.get("server-timing"))
+            record.server_ingress_ms, record.server_engine_ms = timing.get("ingress"), timing.get("engine")
             record.server_request_id = response.headers.get("x-request-id")
             if response.status_code != 200:
                 await response.aread()
@@ -236,3 +238,17 @@ def _float_header(value: str | None) -> float | None:
         return float(value)
     except ValueError:
         return None
+
+
+def server_timing(value: str | None) -> dict[str, float]:
+    """The durations of a W3C ``Server-Timing`` header (``name;dur=ms, ...``); entries without one are left out."""
+    out: dict[str, float] = {}
+    for entry in (value or "").split(","):
+        name, *params = (part.strip() for part in entry.split(";"))
+        for param in params:
+            key, _, dur = param.partition("=")
+            if key.strip() == "dur" and name:
+                parsed = _float_header(dur.strip().strip('"'))
+                if parsed is not None:
+                    out[name] = parsed
+    return out

@@ -220,14 +220,18 @@ def interference_table(points: Sequence[SweepPoint]) -> str:
 def prediction_table(points: Sequence[SweepPoint]) -> str:
     """Measured / predicted TTFT and TPOT (median, p90) per (policy, rate, variant), where predictions came."""
     lines = [
-        "| policy | rate | variant | requests | TTFT measured / predicted p50 / p90 | TPOT p50 / p90 |",
-        "|---|---:|---|---:|---:|---:|",
+        "| policy | rate | variant | requests | TTFT at the client / predicted p50 / p90 | at the ingress "
+        "(engine) / predicted p50 / p90 | ingress p50 (ms) | path p50 (ms) | TPOT p50 / p90 |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
     for p in points:
         for variant, acc in p.prediction.items():
             lines.append(
                 f"| {p.policy} | {p.rate:.2f} | {variant} | {acc.ttft.count} | "
-                f"{_ratio(acc.ttft.p50)} / {_ratio(acc.ttft.p90)} | {_ratio(acc.tpot.p50)} / {_ratio(acc.tpot.p90)} |"
+                f"{_ratio(acc.ttft.p50)} / {_ratio(acc.ttft.p90)} | "
+                f"{_ratio(acc.engine_ttft.p50)} / {_ratio(acc.engine_ttft.p90)} | "
+                f"{_ms(acc.ingress_ms_p50)} | {_ms(acc.path_ms_p50)} | "
+                f"{_ratio(acc.tpot.p50)} / {_ratio(acc.tpot.p90)} |"
             )
     return "\n".join(lines)
 

@@ -125,6 +125,7 @@ class _Flight:
 
     request_id: str
     deadline: float
+    arrived_at: float = field(default_factory=time.monotonic)  # the ingress took the request
     prompt_tokens: int = 0
     headers: dict[str, str] = field(default_factory=dict)  # x-route-* (HTTP headers; gRPC's last message)
     variant: str = ""
@@ -138,6 +139,16 @@ class _Flight:
 
     def remaining(self) -> float:
         return max(0.0, self.deadline - time.monotonic())
+
+
+def server_timing(arrived_at: float, dispatched_at: float, first_token_at: float) -> str:
+    """The W3C ``Server-Timing`` header of a request's start: ``ingress`` from the ingress taking the request to
+    dispatching it (auth, parsing, tokenizing, routing), ``engine`` from dispatch to the first token back at the
+    ingress (what the router's TTFT model predicts). A client's TTFT less their sum is the path outside the
+    ingress: the Serve proxy both ways and the network."""
+    ingress_ms = (dispatched_at - arrived_at) * 1e3
+    engine_ms = (first_token_at - dispatched_at) * 1e3
+    return f"ingress;dur={ingress_ms:.1f}, engine;dur={engine_ms:.1f}"
 
 
 async def _ready(value: Any) -> Any:
@@ -407,12 +418,14 @@ class Ingress:
         flight.headers.update(flight.ticket.headers())  # x-route-predicted-ttft-ms / -tpot-ms
         flight.recorder = RequestRecorder(self._metrics, variant, features.slo.ttft_ms, features.slo.tpot_ms)
         gen_request = GenerationRequest(flight.request_id, prompt_ids, req.sampling(max_tokens))
+        dispatched_at = time.monotonic()
         flight.stream = self._stream_handles[variant].generate.remote(gen_request)
         async with asyncio.timeout(flight.remaining()):
             first = await anext(flight.stream, None)
         if first is None:
             first = Delta(text="", token_ids=[], finish_reason="stop", prompt_tokens=len(prompt_ids))
         self._routing.first_token(flight.ticket)
+        flight.headers["server-timing"] = server_timing(flight.arrived_at, dispatched_at, time.monotonic())
         flight.recorder.chunk(first.completion_tokens)
         logger.info("request %s -> %s (%s, %d prompt tokens)", flight.request_id, variant, reason, len(prompt_ids))
         return req, first

@@ -86,6 +86,7 @@ def response_headers(request_id: str | None) -> dict[str, str]:
         "x-request-id": f"srv-{request_id}",
         "x-route-predicted-ttft-ms": "180",
         "x-route-predicted-tpot-ms": "52.5",
+        "server-timing": "ingress;dur=1.5, engine;dur=150.0",
     }
 
 

@@ -3,7 +3,7 @@
 import httpx
 import pytest
 
-from bench.client import MonotonicClock, TargetConfig, _float_header, is_loopback, send_request
+from bench.client import MonotonicClock, TargetConfig, _float_header, is_loopback, send_request, server_timing
 from bench.workload import RequestSpec, Slo
 from tests.bench.fake_openai import FIRST_DELAY_S, GAP_S, ManualClock, clocked_transport
 
@@ -49,6 +49,7 @@ async def test_times_equal_the_servers_schedule_exactly():
     assert (r.output_tokens, r.chunks, r.prompt_tokens) == (11, 11, 3)
     assert (r.variant, r.server_request_id, r.request_id) == ("tiny", "srv-req-1", "req-1")
     assert (r.predicted_ttft_ms, r.predicted_tpot_ms) == (180.0, 52.5)  # the router's x-route-predicted-*
+    assert (r.server_ingress_ms, r.server_engine_ms) == (1.5, 150.0)  # the ingress's server-timing
     assert r.slo_met  # exactly on both targets
 
 
@@ -202,3 +203,9 @@ def test_endpoint_and_body():
 @pytest.mark.parametrize(("value", "parsed"), [("180", 180.0), ("52.5", 52.5), (None, None), ("soon", None)])
 def test_a_predicted_latency_header_that_is_absent_or_not_a_number_reads_as_none(value, parsed):
     assert _float_header(value) == parsed
+
+
+def test_server_timing_reads_each_named_duration_and_skips_the_rest():
+    header = 'ingress;dur=1.5, engine;desc="first token";dur=150, cache;desc=hit, broken;dur=soon'
+    assert server_timing(header) == {"ingress": 1.5, "engine": 150.0}
+    assert server_timing(None) == {}

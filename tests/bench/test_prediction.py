@@ -54,3 +54,14 @@ def test_accuracy_is_per_variant_over_served_requests_with_predictions():
     assert accuracy["big"].ttft.count == 2
     assert accuracy["big"].ttft.p50 == pytest.approx(1.5)  # ratios 1.0 and 2.0
     assert (accuracy["big"].tpot.count, accuracy["big"].tpot.p50) == (1, pytest.approx(2.0))
+
+
+def test_the_servers_timing_splits_the_clients_ttft_into_ingress_engine_and_path():
+    # Client TTFT 100 ms = 4 ms in the ingress before dispatch + 60 ms to the first token + 36 ms outside.
+    records = [record("big", 100.0, 50.0, server_ingress_ms=4.0, server_engine_ms=60.0)]
+
+    accuracy = prediction_accuracy(records)["big"]
+
+    assert accuracy.ttft.p50 == pytest.approx(2.0)  # what the client saw, against the prediction
+    assert accuracy.engine_ttft.p50 == pytest.approx(1.2)  # what the router predicts, against the prediction
+    assert (accuracy.ingress_ms_p50, accuracy.path_ms_p50) == (pytest.approx(4.0), pytest.approx(36.0))

@@ -131,4 +131,6 @@ def test_a_point_carries_the_routers_prediction_accuracy_per_variant_and_the_tab
 
     assert set(p.prediction) == {"tiny"}
     assert (p.prediction["tiny"].ttft.count, p.prediction["tiny"].ttft.p50) == (3, pytest.approx(2.0))
-    assert prediction_table([p]).splitlines()[2] == "| slo | 2.00 | tiny | 3 | 2.00 / 2.00 | 1.00 / 1.00 |"
+    assert (
+        prediction_table([p]).splitlines()[2] == "| slo | 2.00 | tiny | 3 | 2.00 / 2.00 | - / - | - | - | 1.00 / 1.00 |"
+    )

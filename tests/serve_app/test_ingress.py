@@ -12,6 +12,8 @@ import httpx
 import openai
 import pytest
 
+from serve_app.ingress import server_timing
+
 pytestmark = pytest.mark.serve
 
 MODEL = "local-llama"  # serve_config.yaml's public model name
@@ -252,6 +254,14 @@ def test_routed_request_says_where_it_went_and_why(http, default_app_args):
     assert r.headers["x-route-variant"] in {v["name"] for v in default_app_args["variants"]}
     assert r.headers["x-route-reason"]
     assert r.headers["x-request-id"]  # Serve's id for the request, also in our logs
+    # Where its time to first token went inside the ingress (W3C Server-Timing).
+    timing = dict(part.split(";dur=") for part in r.headers["server-timing"].split(", "))
+    assert set(timing) == {"ingress", "engine"}
+    assert all(float(ms) >= 0 for ms in timing.values())
+
+
+def test_server_timing_splits_the_start_at_dispatch():
+    assert server_timing(10.0, 10.002, 10.0475) == "ingress;dur=2.0, engine;dur=45.5"
 
 
 def test_unknown_slo_tier_is_a_bad_request(http):
