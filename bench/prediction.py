@@ -28,10 +28,10 @@ class PredictionAccuracy(BaseModel):
 
     ttft: RatioStats = Field(description="The client's TTFT / the predicted TTFT.")
     tpot: RatioStats
-    engine_ttft: RatioStats = Field(
+    server_ttft: RatioStats = Field(
         default_factory=lambda: RatioStats(count=0, p50=None, p90=None),
-        description="Dispatch to first token at the ingress (server-timing 'engine') / the predicted TTFT: "
-        "the quantity the router's model predicts, so its own error.",
+        description="The ingress's TTFT, arrival to first token (server-timing 'ingress' + 'engine'), / the "
+        "predicted TTFT: the quantity the router's model learns and predicts, so its own error.",
     )
     ingress_ms_p50: float | None = Field(None, description="Median server-timing 'ingress': work before dispatch.")
     path_ms_p50: float | None = Field(
@@ -55,10 +55,10 @@ def prediction_accuracy(records: Sequence[RequestRecord]) -> dict[str, Predictio
         served = [r for r in records if r.variant == variant and r.ok]
         ttft = [(r.ttft_s * 1e3, r.predicted_ttft_ms) for r in served if r.ttft_s is not None and r.predicted_ttft_ms]
         tpot = [(r.tpot_s * 1e3, r.predicted_tpot_ms) for r in served if r.tpot_s is not None and r.predicted_tpot_ms]
-        engine = [
-            (r.server_engine_ms, r.predicted_ttft_ms)
+        server = [
+            (r.server_ingress_ms + r.server_engine_ms, r.predicted_ttft_ms)
             for r in served
-            if r.server_engine_ms is not None and r.predicted_ttft_ms
+            if r.server_ingress_ms is not None and r.server_engine_ms is not None and r.predicted_ttft_ms
         ]
         # (client TTFT, ingress, engine) in ms, where the server said where its part of the time went.
         timed = [
@@ -70,7 +70,7 @@ def prediction_accuracy(records: Sequence[RequestRecord]) -> dict[str, Predictio
             out[variant] = PredictionAccuracy(
                 ttft=ratio_stats(ttft),
                 tpot=ratio_stats(tpot),
-                engine_ttft=ratio_stats(engine),
+                server_ttft=ratio_stats(server),
                 ingress_ms_p50=_median([ingress for _, ingress, _ in timed]),
                 path_ms_p50=_median([client - ingress - engine_ms for client, ingress, engine_ms in timed]),
             )

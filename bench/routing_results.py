@@ -221,7 +221,7 @@ def prediction_table(points: Sequence[SweepPoint]) -> str:
     """Measured / predicted TTFT and TPOT (median, p90) per (policy, rate, variant), where predictions came."""
     lines = [
         "| policy | rate | variant | requests | TTFT at the client / predicted p50 / p90 | at the ingress "
-        "(engine) / predicted p50 / p90 | ingress p50 (ms) | path p50 (ms) | TPOT p50 / p90 |",
+        "/ predicted p50 / p90 | before dispatch p50 (ms) | path p50 (ms) | TPOT p50 / p90 |",
         "|---|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
     for p in points:
@@ -229,7 +229,7 @@ def prediction_table(points: Sequence[SweepPoint]) -> str:
             lines.append(
                 f"| {p.policy} | {p.rate:.2f} | {variant} | {acc.ttft.count} | "
                 f"{_ratio(acc.ttft.p50)} / {_ratio(acc.ttft.p90)} | "
-                f"{_ratio(acc.engine_ttft.p50)} / {_ratio(acc.engine_ttft.p90)} | "
+                f"{_ratio(acc.server_ttft.p50)} / {_ratio(acc.server_ttft.p90)} | "
                 f"{_ms(acc.ingress_ms_p50)} | {_ms(acc.path_ms_p50)} | "
                 f"{_ratio(acc.tpot.p50)} / {_ratio(acc.tpot.p90)} |"
             )

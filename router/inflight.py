@@ -45,6 +45,9 @@ class RouteTicket:
     max_tokens: int = 0
     replicas: int = 1  # serving replicas when it was sent: the share of the variant's prefill it sees
     first_token_at: float | None = None
+    # When its TTFT clock started: its arrival at the ingress, so that the model learns the ingress's own work
+    # before dispatch (parsing, tokenizing, a busy event loop) as part of TTFT. None: at dispatch (``start``).
+    arrived_at: float | None = None
     prefill_sent_at_first_token: float = 0.0  # the variant's prompt-token total when its decode began
     done: bool = False
 
@@ -95,6 +98,7 @@ class InflightBook:
         *,
         max_tokens: int = 0,
         replicas: int = 1,
+        arrived_at: float | None = None,
     ) -> RouteTicket:
         book = self._books[variant]
         book.requests += 1
@@ -103,7 +107,9 @@ class InflightBook:
         book.rate = book.decayed_rate(now) + prompt_tokens / RATE_TIME_CONSTANT_S
         book.rate_at = now
         book.prefill_sent += prompt_tokens
-        ticket = RouteTicket(variant, prompt_tokens, prediction, now, max_tokens, max(replicas, 1))
+        ticket = RouteTicket(
+            variant, prompt_tokens, prediction, now, max_tokens, max(replicas, 1), arrived_at=arrived_at
+        )
         book.unstarted[id(ticket)] = ticket
         return ticket
 
@@ -162,13 +168,15 @@ class InflightBook:
         )
 
     def _observe_ttft(self, ticket: RouteTicket, now: float, *, censored: bool) -> None:
-        """Teaches the variant's model the time from dispatch to now as TTFT (a lower bound when ``censored``)."""
+        """Teaches the variant's model the time from arrival (else dispatch) to now as TTFT (a lower bound when
+        ``censored``)."""
         pred = ticket.prediction
         if pred is None:
             return
+        started = ticket.start if ticket.arrived_at is None else ticket.arrived_at
         self.models[ticket.variant].observe_ttft(
             ticket.prompt_tokens,
-            1000.0 * (now - ticket.start),
+            1000.0 * (now - started),
             queued_tokens_ahead=pred.queued_tokens_ahead,
             waiting_for_slot=pred.waiting_for_slot,
             batch_size=pred.batch_size,

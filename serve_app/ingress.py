@@ -144,8 +144,8 @@ class _Flight:
 def server_timing(arrived_at: float, dispatched_at: float, first_token_at: float) -> str:
     """The W3C ``Server-Timing`` header of a request's start: ``ingress`` from the ingress taking the request to
     dispatching it (auth, parsing, tokenizing, routing), ``engine`` from dispatch to the first token back at the
-    ingress (what the router's TTFT model predicts). A client's TTFT less their sum is the path outside the
-    ingress: the Serve proxy both ways and the network."""
+    ingress. Their sum is what the router's TTFT model learns and predicts; a client's TTFT less it is the path
+    outside the ingress: the Serve proxy both ways and the network."""
     ingress_ms = (dispatched_at - arrived_at) * 1e3
     engine_ms = (first_token_at - dispatched_at) * 1e3
     return f"ingress;dur={ingress_ms:.1f}, engine;dur={engine_ms:.1f}"
@@ -414,7 +414,9 @@ class Ingress:
         flight.headers["x-route-variant"] = variant
         self._keys.admit(flight.principal, len(prompt_ids) + max_tokens, time.monotonic())
         flight.admitted = True
-        flight.ticket = self._routing.open(variant, len(prompt_ids), prediction, max_tokens=max_tokens)
+        flight.ticket = self._routing.open(
+            variant, len(prompt_ids), prediction, max_tokens=max_tokens, arrived_at=flight.arrived_at
+        )
         flight.headers.update(flight.ticket.headers())  # x-route-predicted-ttft-ms / -tpot-ms
         flight.recorder = RequestRecorder(self._metrics, variant, features.slo.ttft_ms, features.slo.tpot_ms)
         gen_request = GenerationRequest(flight.request_id, prompt_ids, req.sampling(max_tokens))

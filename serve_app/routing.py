@@ -133,12 +133,25 @@ class RoutingTable:
         return route(features, self.views(), self.config.router, self._state)
 
     def open(
-        self, variant: str, prompt_tokens: int, prediction: Prediction | None, *, max_tokens: int = 0
+        self,
+        variant: str,
+        prompt_tokens: int,
+        prediction: Prediction | None,
+        *,
+        max_tokens: int = 0,
+        arrived_at: float | None = None,
     ) -> RouteTicket:
-        """Books a request sent to ``variant``; ``ticket.headers()`` are its predicted-latency headers."""
+        """Books a request sent to ``variant`` (``arrived_at``: when the ingress took it, the start of the TTFT
+        its model learns); ``ticket.headers()`` are its predicted-latency headers."""
         replicas = len(self._snapshot.get(variant, ())) or 1
         return self._book.open(
-            variant, prompt_tokens, prediction, time.monotonic(), max_tokens=max_tokens, replicas=replicas
+            variant,
+            prompt_tokens,
+            prediction,
+            time.monotonic(),
+            max_tokens=max_tokens,
+            replicas=replicas,
+            arrived_at=arrived_at,
         )
 
     def first_token(self, ticket: RouteTicket) -> None:

@@ -78,6 +78,21 @@ def test_ttft_is_learned_at_the_first_token():
     assert model.ttft_margin > 0  # outcomes above the decision-time predictions widen the margin
 
 
+def _learned_ttft_ms(*, with_arrival: bool) -> float:
+    b = book()
+    for i in range(30):
+        # The ingress took it at i, dispatched it 0.4 s later (a busy event loop), the first token came 0.15 s after.
+        arrived_at = float(i) if with_arrival else None
+        ticket = b.open("big", 100, prediction(ttft_ms=150.0), now=i + 0.4, arrived_at=arrived_at)
+        b.first_token(ticket, now=i + 0.55)
+    return b.models["big"].predict_ttft_ms(100, _idle())
+
+
+def test_ttft_is_timed_from_the_requests_arrival_at_the_ingress_when_known():
+    assert _learned_ttft_ms(with_arrival=False) == pytest.approx(150.0, rel=0.1)  # dispatch to first token
+    assert _learned_ttft_ms(with_arrival=True) > 2 * _learned_ttft_ms(with_arrival=False)  # toward 550 ms
+
+
 def test_a_timeout_before_the_first_token_teaches_a_lower_bound():
     b = book()
     model = b.models["big"]
