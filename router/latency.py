@@ -4,6 +4,7 @@ Per replica (Serve spreads a variant's requests over its ready replicas)::
 
     TTFT = base + (prompt tokens + prompt tokens queued ahead) * prefill_ms_per_token
                 + requests to finish before a slot frees * mean_output_tokens * TPOT(running) / running
+                + steps * (decode step of the batch - decode step of one sequence)
                 + startup time (only while the variant has no ready replica)
     TPOT = TPOT at batch 1 + per extra sequence * (batch - 1) + ms per prefill token * prefill per step
 
@@ -13,12 +14,18 @@ decodes each token in ``T = d + c * r * T`` where ``d`` is the decode-only step 
 one prompt token, i.e. ``T = d / (1 - c * r)``. The model learns ``c`` from the prompt tokens actually
 dispatched during each request's decode (per decode step), seeded from the profile's prefill rate.
 
+The steps term is the decode a new prompt waits through: the step in progress when it arrives and the one
+that prefills it, each as long as the running batch makes it (seeded at 1.5 steps, learned). Without it a
+busy replica's TTFT was predicted 1.3-2x too short on an H200 with the transformers engine, whose step grows
+by 7-10 ms per sequence (``python -m bench routing``, its predictions table, 2026-11-30); at batch 1 it is
+part of ``base``.
+
 The slot term is a continuous batching engine's queue: a request that finds every slot taken waits for
 running ones to finish, and they finish at ``running / (mean_output_tokens * TPOT)`` per millisecond.
 
 The weights start from a :class:`~router.config.LatencyProfile` (or its pessimistic defaults) and are
 refined by :meth:`LatencyModel.observe_ttft` / :meth:`LatencyModel.observe_tpot` (or both at once,
-:meth:`LatencyModel.observe`) with recursive least squares: cheap (a 3x3 update), it forgets
+:meth:`LatencyModel.observe`) with recursive least squares: cheap (a 3x3 or 4x4 update), it forgets
 old observations (a replica's speed drifts with its load mix and neighbours), clips outliers (one
 request stalled behind a GC pause must not move the model much) and keeps every weight within
 physical bounds.
@@ -224,6 +231,7 @@ class LatencyModel:
             )
         p = profile if profile is not None else LatencyProfile()
         # TTFT ~ base + prefill_ms_per_token * tokens + mean_output_tokens * slot_wait_feature
+        #        + steps * (decode step at the running batch - at batch 1)
         self._ttft = _RobustRLS(
             (
                 _Weight(p.base_ttft_ms, lower=0.0, upper=1e6, floor=1.0),
@@ -231,6 +239,10 @@ class LatencyModel:
                 _Weight(1000.0 / p.prefill_tokens_per_s, lower=1e-6, upper=1e3, floor=1e-3),
                 # mean output tokens; feature: requests waiting for a slot x TPOT / running
                 _Weight(p.mean_output_tokens, lower=1.0, upper=1e6, floor=1.0),
+                # Decode steps a new prompt waits through: the step in progress and the one that prefills it
+                # (chunked prefill shares steps with the running batch's decode), each longer than at batch 1
+                # by what the batch adds; base holds them at batch 1.
+                _Weight(1.5, lower=0.0, upper=100.0, floor=0.1),
             ),
             prior_observations=prior_observations,
             forgetting=forgetting,
@@ -278,14 +290,19 @@ class LatencyModel:
 
     def predict_ttft_ms(self, prompt_tokens: int, load: Load) -> float:
         """Milliseconds from dispatch to the first token of a ``prompt_tokens`` prompt under ``load``."""
-        base, ms_per_token, mean_output_tokens = self._ttft.weights
+        base, ms_per_token, mean_output_tokens, steps = self._ttft.weights
         running = max(load.running, 1.0)
         tpot = self.predict_tpot_ms(running, load.prefill_tokens_per_s)
         # A slot frees when a running sequence finishes: its remaining decode work, where the ingress knows
         # it (its own requests' max_tokens less their progress), else the learned mean answer length.
         tokens_left = mean_output_tokens if load.decode_tokens_left is None else max(load.decode_tokens_left, 1.0)
         slot_wait = load.waiting_for_slot * tokens_left * tpot / running
-        return base + (prompt_tokens + load.queued_prompt_tokens) * ms_per_token + slot_wait + load.startup_ms
+        prefill = (prompt_tokens + load.queued_prompt_tokens) * ms_per_token
+        return base + prefill + slot_wait + steps * self._batch_step_ms(load.batch_when_running) + load.startup_ms
+
+    def _batch_step_ms(self, batch_size: float) -> float:
+        """How much longer a decode step of ``batch_size`` sequences is than one of a single sequence."""
+        return self._tpot.weights[1] * (max(batch_size, 1.0) - 1.0)
 
     # ------------------------------------------------------------------ learning
 
@@ -310,7 +327,12 @@ class LatencyModel:
         if ttft_ms < 0:
             return
         batch = max(batch_size, 1.0)
-        x = (1.0, prompt_tokens + queued_tokens_ahead, waiting_for_slot * self.predict_tpot_ms(batch) / batch)
+        x = (
+            1.0,
+            prompt_tokens + queued_tokens_ahead,
+            waiting_for_slot * self.predict_tpot_ms(batch) / batch,
+            self._batch_step_ms(batch),
+        )
         if self._learn(self._ttft, x, ttft_ms, censored):
             self.observations += 1
         _track(self._ttft_error, ttft_ms, predicted_ms, censored)
@@ -374,7 +396,7 @@ class LatencyModel:
 
     def profile(self) -> LatencyProfile:
         """The current estimates, in the shape of the figures that seed a model (for logs and /variants)."""
-        base, ms_per_token, mean_output_tokens = self._ttft.weights
+        base, ms_per_token, mean_output_tokens, _ = self._ttft.weights
         at_batch_1, per_extra_seq, _ = self._tpot.weights
         return LatencyProfile(
             prefill_tokens_per_s=1000.0 / ms_per_token,

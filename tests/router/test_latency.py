@@ -22,9 +22,11 @@ def load(**fields) -> Load:
     return Load(**(idle | fields), max_running=16)
 
 
-# A replica unlike the default profile: faster prefill, lower base, cheaper decode, shorter answers.
+# A replica unlike the default profile: faster prefill, lower base, cheaper decode, shorter answers, and a
+# first token that waits for two decode steps of the running batch.
 def true_ttft(prompt_tokens: int, queued_tokens: float, waiting: float, batch: float) -> float:
-    return 20.0 + 0.2 * (prompt_tokens + queued_tokens) + waiting * 40.0 * true_tpot(batch) / batch
+    steps = 2.0 * (true_tpot(batch) - true_tpot(1.0))
+    return 20.0 + 0.2 * (prompt_tokens + queued_tokens) + waiting * 40.0 * true_tpot(batch) / batch + steps
 
 
 def true_tpot(batch: float) -> float:
@@ -58,10 +60,17 @@ def test_ttft_is_base_plus_prefill_of_the_prompt_and_the_tokens_queued_ahead():
 
 def test_ttft_includes_waiting_for_running_requests_to_finish():
     model = LatencyModel(PROFILE)
-    # Every slot busy at TPOT 70 ms: one of 16 running requests finishes every 100 x 70 / 16 ms.
+    # Every slot busy at TPOT 70 ms: one of 16 running requests finishes every 100 x 70 / 16 ms; and the
+    # prompt waits through 1.5 decode steps of the full batch, 30 ms longer each than at batch 1.
     full = load(running=16, queued=1, waiting_for_slot=2)
 
-    assert model.predict_ttft_ms(100, full) == pytest.approx(150.0 + 2 * 100 * 70.0 / 16)
+    assert model.predict_ttft_ms(100, full) == pytest.approx(150.0 + 2 * 100 * 70.0 / 16 + 1.5 * 30.0)
+
+
+def test_ttft_grows_with_the_decode_steps_of_the_running_batch():
+    model = LatencyModel(PROFILE)  # a step of 16 sequences takes 70 ms, 30 more than one of a single sequence
+
+    assert model.predict_ttft_ms(100, load(running=15)) == pytest.approx(150.0 + 1.5 * 30.0)
 
 
 def test_ttft_includes_the_startup_time_of_a_variant_with_no_ready_replica():
@@ -102,8 +111,11 @@ def test_predictions_move_to_the_observed_latencies(seed_profile: LatencyProfile
 
     def ttft_error() -> float:
         return max(
-            abs(model.predict_ttft_ms(p, ld) - true_ttft(p, ld.queued_prompt_tokens, ld.waiting_for_slot, 16))
-            / true_ttft(p, ld.queued_prompt_tokens, ld.waiting_for_slot, 16)
+            abs(
+                model.predict_ttft_ms(p, ld)
+                - true_ttft(p, ld.queued_prompt_tokens, ld.waiting_for_slot, ld.batch_when_running)
+            )
+            / true_ttft(p, ld.queued_prompt_tokens, ld.waiting_for_slot, ld.batch_when_running)
             for p, ld in probes
         )
 
@@ -197,7 +209,7 @@ def test_a_long_run_without_queueing_keeps_the_model_finite():
         model.observe(100, 40.0, 6.0, 4, 0)
 
     assert model.predict_ttft_ms(100, load(running=16, waiting_for_slot=1)) < 1e5
-    assert model.predict_ttft_ms(100, load()) == pytest.approx(40.0, rel=0.05)
+    assert model.predict_ttft_ms(100, load(running=3)) == pytest.approx(40.0, rel=0.05)  # the batch of 4 it saw
 
 
 # --- prefill interference, margins, censoring -------------------------------------------------------
@@ -237,4 +249,4 @@ def test_slot_wait_uses_the_known_decode_work_left_of_running_requests():
     full = load(running=16, queued=1, waiting_for_slot=1)
     nearly_done = load(running=16, queued=1, waiting_for_slot=1, decode_tokens_left=10.0)
     assert model.predict_ttft_ms(100, nearly_done) < model.predict_ttft_ms(100, full)
-    assert model.predict_ttft_ms(100, nearly_done) == pytest.approx(150.0 + 10 * 70.0 / 16)
+    assert model.predict_ttft_ms(100, nearly_done) == pytest.approx(150.0 + 10 * 70.0 / 16 + 1.5 * 30.0)

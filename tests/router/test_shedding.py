@@ -24,7 +24,8 @@ def decide(req: RequestFeatures, variants, **config):
 
 
 def queued(view, tokens: int):
-    return view(queued_requests=1, queued_prompt_tokens=tokens)
+    """``view`` with ``tokens`` of prompts waiting for prefill (and no batch, so no decode steps to wait for)."""
+    return view(queued_prompt_tokens=tokens)
 
 
 def test_a_request_the_queues_make_hopeless_everywhere_is_shed_with_a_retry_after():
