@@ -224,10 +224,7 @@ def builtin_scenario(duration_s: float = 3600.0, rate_scale: float = 1.0) -> Sce
     Tier targets match the router's default tiers, so the run is scored against what the router aims at.
     """
     router = RouterConfig()
-    tiers = [
-        SloTier(name=name, weight=1.0, ttft_ms=tier.ttft_ms, tpot_ms=tier.tpot_ms)
-        for name, tier in router.tiers.items()
-    ]
+    tiers = list(_scored_tiers(router).values())
 
     def only(name: str) -> list[SloTier]:
         return [t for t in tiers if t.name == name]
@@ -284,6 +281,31 @@ def builtin_scenario(duration_s: float = 3600.0, rate_scale: float = 1.0) -> Sce
     )
 
 
+def _scored_tiers(router: RouterConfig) -> dict[str, SloTier]:
+    """The router's tiers as the bench scores them: a run is judged against what the router aims at."""
+    return {
+        name: SloTier(name=name, weight=1.0, ttft_ms=t.ttft_ms, tpot_ms=t.tpot_ms) for name, t in router.tiers.items()
+    }
+
+
+def _chat(tier: SloTier) -> WorkloadConfig:
+    """Chat turns: ~600-token prompts, ~200-token answers."""
+    return WorkloadConfig(
+        input_len=NormalLength(mean=600, std=300, low=32, high=3000),
+        output_len=NormalLength(mean=200, std=80, low=16, high=800),
+        tiers=[tier],
+    )
+
+
+def _batch_jobs(tier: SloTier) -> WorkloadConfig:
+    """Offline jobs: ~2000-token prompts, ~600-token answers."""
+    return WorkloadConfig(
+        input_len=NormalLength(mean=2000, std=1000, low=100, high=6000),
+        output_len=NormalLength(mean=600, std=200, low=64, high=1500),
+        tiers=[tier],
+    )
+
+
 def heterogeneous_scenario(duration_s: float = 600.0, rate_scale: float = 1.0) -> Scenario:
     """24 H200s: 8 one-GPU INT4 8B replicas built for 8k tokens, 4 FP8 70B TP4 replicas holding 32k; steady
     chat (interactive), long-document RAG (standard; ~10k-token prompts, most fit only the 70B) and batch
@@ -294,24 +316,14 @@ def heterogeneous_scenario(duration_s: float = 600.0, rate_scale: float = 1.0) -
     pool's limit) to see attainment and quality per policy as load grows.
     """
     router = RouterConfig()
-    tiers = {
-        name: SloTier(name=name, weight=1.0, ttft_ms=t.ttft_ms, tpot_ms=t.tpot_ms) for name, t in router.tiers.items()
-    }
-    chat = WorkloadConfig(
-        input_len=NormalLength(mean=600, std=300, low=32, high=3000),
-        output_len=NormalLength(mean=200, std=80, low=16, high=800),
-        tiers=[tiers["interactive"]],
-    )
+    tiers = _scored_tiers(router)
+    chat = _chat(tiers["interactive"])
     rag = WorkloadConfig(
         input_len=NormalLength(mean=10000, std=4000, low=2000, high=28000),
         output_len=NormalLength(mean=300, std=100, low=32, high=1000),
         tiers=[tiers["standard"]],
     )
-    batch = WorkloadConfig(
-        input_len=NormalLength(mean=2000, std=1000, low=100, high=6000),
-        output_len=NormalLength(mean=600, std=200, low=64, high=1500),
-        tiers=[tiers["batch"]],
-    )
+    batch = _batch_jobs(tiers["batch"])
     short_8b = BUILTIN_PROFILES["llama-8b-int4-h200"].model_copy(update={"context_length": 8192})
     pools = [
         PoolSpec(
@@ -356,23 +368,14 @@ def tiers_scenario(duration_s: float = 300.0, rate_scale: float = 1.0) -> Scenar
     each variant's speed. Sweep ``rate_scale`` (1 to 6 spans idle to past the fleet's capacity).
     """
     router = RouterConfig()
-    tiers = {
-        name: SloTier(name=name, weight=1.0, ttft_ms=t.ttft_ms, tpot_ms=t.tpot_ms) for name, t in router.tiers.items()
-    }
-    chat_input = NormalLength(mean=600, std=300, low=32, high=3000)
-    chat_output = NormalLength(mean=200, std=80, low=16, high=800)
-    chat_interactive = WorkloadConfig(input_len=chat_input, output_len=chat_output, tiers=[tiers["interactive"]])
-    chat_standard = WorkloadConfig(input_len=chat_input, output_len=chat_output, tiers=[tiers["standard"]])
+    tiers = _scored_tiers(router)
+    chat_interactive, chat_standard = _chat(tiers["interactive"]), _chat(tiers["standard"])
     rag = WorkloadConfig(
         input_len=NormalLength(mean=4000, std=1500, low=1500, high=12000),
         output_len=NormalLength(mean=300, std=100, low=32, high=1000),
         tiers=[tiers["standard"]],
     )
-    batch = WorkloadConfig(
-        input_len=NormalLength(mean=2000, std=1000, low=100, high=6000),
-        output_len=NormalLength(mean=600, std=200, low=64, high=1500),
-        tiers=[tiers["batch"]],
-    )
+    batch = _batch_jobs(tiers["batch"])
     pools = [
         PoolSpec(
             name="llama-8b-int4",
