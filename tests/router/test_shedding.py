@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from router import SLO, Reason, RequestFeatures, RouterConfig, RouterState, route
+from router.shedding import MIN_OBSERVATIONS
 from tests.router.views import big, small
 
 TTFT_300 = SLO(ttft_ms=300.0)
@@ -23,9 +24,13 @@ def decide(req: RequestFeatures, variants, **config):
     return route(req, variants, RouterConfig(**config), RouterState())
 
 
-def queued(view, tokens: int):
-    """``view`` with ``tokens`` of prompts waiting for prefill (and no batch, so no decode steps to wait for)."""
-    return view(queued_prompt_tokens=tokens)
+def queued(view, tokens: int, *, learned: bool = True):
+    """``view`` with ``tokens`` of prompts waiting for prefill (and no batch, so no decode steps to wait for),
+    whose latency model has learned from enough requests to shed (unless ``learned`` is False)."""
+    v = view(queued_prompt_tokens=tokens)
+    if learned:
+        v.latency.observations = MIN_OBSERVATIONS
+    return v
 
 
 def test_a_request_the_queues_make_hopeless_everywhere_is_shed_with_a_retry_after():
@@ -73,3 +78,11 @@ def test_requests_without_a_ttft_target_are_never_shed():
     decision = decide(request(slo=SLO(tpot_ms=5.0)), [queued(small, 60_000), queued(big, 60_000)])
 
     assert decision.variant is not None
+
+
+def test_a_model_still_at_its_seed_never_sheds():
+    # The same hopeless queues, but small's model has not learned from enough requests to be trusted.
+    decision = decide(request(), [queued(small, 6000, learned=False), queued(big, 1000)])
+
+    assert decision.reason == Reason.DEGRADED_SMALLEST_VIOLATION
+    assert decision.variant == "small"
