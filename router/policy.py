@@ -149,12 +149,15 @@ def _route_slo(
         best, reason = _best_meeting(meeting, predictions, config)
         if not sure:
             reason = Reason.SLO_LIKELY
-        options = meeting + [v for v in likely if v not in meeting]
+        meeting_names = {v.name for v in meeting}
+        options = meeting + [v for v in likely if v.name not in meeting_names]
         if len(options) > 1 and config.reserve_slack > 0:
             room = {v.name: _reserve_room(v, loads[v.name], request, state, config) for v in options}
             if room[best.name] < config.reserve_slack:
                 free = [v for v in options if room[v.name] >= config.reserve_slack]
-                pool = [v for v in free if v in meeting] or free or [max(meeting, key=lambda v: room[v.name])]
+                pool = (
+                    [v for v in free if v.name in meeting_names] or free or [max(meeting, key=lambda v: room[v.name])]
+                )
                 kept, _ = _best_meeting(pool, predictions, config)
                 if kept.name != best.name:
                     best, reason = kept, Reason.SLO_MET_AROUND_RESERVATION

@@ -43,6 +43,10 @@ DEFAULT_REQUEST_TIMEOUT_S = 600.0
 DRAIN_MARGIN_S = 10.0
 
 
+# How a request finds its replica within a variant (serve_app/replica_router.py; the simulator models both).
+ReplicaChoice = Literal["least_prefill", "power_of_two"]
+
+
 class _Problems(ValueError):
     """Cross-field problems found by one model's validator, each at a path relative to that model.
 
@@ -319,7 +323,7 @@ class VariantConfig(_Strict):
         ge=0,
         description="Relative cost of 1000 tokens (prompt + output) on this variant, for the router.",
     )
-    replica_choice: Literal["least_prefill", "power_of_two"] = Field(
+    replica_choice: ReplicaChoice = Field(
         "least_prefill",
         description="How a request finds its replica within this variant: 'least_prefill' ranks replicas by the "
         "prompt work the ingress sent them that is not yet prefilled (serve_app/replica_router.py; keeps short "

@@ -21,6 +21,7 @@ from typing import Any
 from ray.serve.request_router import FIFOMixin, PendingRequest, ReplicaID, RequestRouter, RunningReplica
 
 from engines.protocol import GenerationRequest
+from router.config import LatencyProfile
 from router.replica_backlog import prefill_backlog
 
 # serve.deployment(...).options(request_router_config=...) takes the class by import path.
@@ -36,7 +37,9 @@ def _prompt_tokens(request: PendingRequest) -> int:
 
 
 class LeastPrefillRequestRouter(FIFOMixin, RequestRouter):
-    def initialize_state(self, prefill_tokens_per_s: float = 2000.0, **kwargs: Any) -> None:
+    def initialize_state(
+        self, prefill_tokens_per_s: float = LatencyProfile().prefill_tokens_per_s, **kwargs: Any
+    ) -> None:
         self._prefill_tokens_per_s = prefill_tokens_per_s
         # replica -> internal request id -> (prompt tokens, send time) of the requests not completed yet
         self._sent: dict[ReplicaID, dict[str, tuple[int, float]]] = {}

@@ -16,8 +16,10 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import get_args
 
 from bench.records import read_jsonl
+from serve_app.config import ReplicaChoice
 from sim.calibrate import calibrate, render
 from sim.profile import EngineProfile
 from sim.profiles import BUILTIN_PROFILES
@@ -48,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--scaling", nargs="+", choices=ALL_SCALING, default=None, help="default: the scenario's")
     run.add_argument(
         "--replica-choice",
-        choices=["power_of_two", "least_prefill"],
+        choices=get_args(ReplicaChoice),
         default=None,
         help="replica choice within a variant: Serve's default, or the least queued prompt work (the app's "
         "default); default: the scenario's (tiers: least_prefill, the others: power_of_two)",

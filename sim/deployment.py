@@ -16,13 +16,11 @@ from __future__ import annotations
 import random
 from collections import deque
 from collections.abc import Iterator
-from typing import Literal
 
+from serve_app.config import ReplicaChoice
 from sim.profile import EngineProfile
 from sim.replica import ReplicaState, SimReplica
 from sim.request import SimRequest
-
-ReplicaChoice = Literal["power_of_two", "least_prefill"]
 
 
 class SimDeployment:

@@ -28,8 +28,7 @@ from bench.summary import Summary, summarize
 from bench.workload import NormalLength, SloTier, WorkloadConfig
 from router import RouterConfig
 from router.config import Policy
-from serve_app.config import AutoscalingSpec
-from sim.deployment import ReplicaChoice
+from serve_app.config import AutoscalingSpec, ReplicaChoice
 from sim.profile import EngineProfile
 from sim.profiles import BUILTIN_PROFILES
 from sim.simulator import SimResult, Simulation, SimVariant
