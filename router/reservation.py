@@ -75,31 +75,87 @@ def reserve_room(
     now: int,
     window: int,
     error_margin_scale: float,
+    count_own_kind: bool = True,
 ) -> float:
     """The room (as a fraction of its targets, 1 = all of it) that a typical exclusive request of ``view``
     of the tightest kind would find left if ``request`` took ``view`` now; 1 when the variant has no recent
-    exclusive demand."""
-    live = [(targets, d) for targets, d in (demand or {}).items() if now - d.last_decision <= window]
+    exclusive demand. ``count_own_kind=False`` leaves out the kind with ``request``'s own targets."""
+    own = (request.slo.ttft_ms, request.slo.tpot_ms)
+    live = [
+        (t, d) for t, d in (demand or {}).items() if now - d.last_decision <= window and (count_own_kind or t != own)
+    ]
     if not live:
         return 1.0
+    return _room(view, _taking(view, load, request), live, error_margin_scale)
+
+
+def _taking(view: VariantView, load: Load, request: RequestFeatures) -> Load:
+    """``load`` once ``view`` takes ``request``. The request lands on one replica; averaged over the variant
+    it adds its share of the prefill queue and of the batch, as a request routed now would find them."""
     replicas = max(view.ready_replicas, view.starting_replicas, 1)
-    # The request lands on one replica; averaged over the variant it adds its share of the prefill queue
-    # and of the batch, as a request routed now would find them.
-    after = replace(
+    return replace(
         load,
         queued_prompt_tokens=load.queued_prompt_tokens + request.prompt_tokens / replicas,
         running=min(float(load.max_running), load.running + 1.0 / replicas),
     )
+
+
+def crowded_out(
+    view: VariantView,
+    load: Load,
+    request: RequestFeatures,
+    demand: dict[Targets, ExclusiveDemand] | None,
+    *,
+    now: int,
+    window: int,
+) -> bool:
+    """Whether ``request`` should give ``view`` up to the requests it is kept for, even though ``view`` is
+    where ``request`` itself would fare best: some kind of them, with tighter targets and shorter prompts
+    than ``request``'s, is already expected to miss there (mean prediction, before ``request`` adds to the
+    queue).
+
+    Past capacity every variant is short of room and the reservation step has no free variant to move a
+    request to, so without this the request that meets its SLO most easily somewhere takes that variant: a
+    4k-token loose-SLO prompt takes the fast variant that interactive chat has nowhere else to go to, and
+    each one costs the prefill time of several chats, which then miss. Yielding costs the one loose
+    request (it is served late elsewhere, or shed) to save the several tight ones. Only when those are
+    already missing, so that below capacity nothing changes.
+    """
+    own = (request.slo.ttft_ms, request.slo.tpot_ms)
+    kept_for = [
+        (targets, kind)
+        for targets, kind in (demand or {}).items()
+        if now - kind.last_decision <= window and _tighter(targets, own) and kind.prompt_tokens < request.prompt_tokens
+    ]
+    return bool(kept_for) and _room(view, _taking(view, load, request), kept_for, error_margin_scale=0.0) < 0.0
+
+
+def _tighter(a: Targets, b: Targets) -> bool:
+    """Whether targets ``a`` are at least as tight as ``b`` on both measures and tighter on one (None: no
+    target, the loosest)."""
+
+    def bound(value: float | None) -> float:
+        return float("inf") if value is None else value
+
+    pairs = [(bound(x), bound(y)) for x, y in zip(a, b, strict=True)]
+    return all(x <= y for x, y in pairs) and any(x < y for x, y in pairs)
+
+
+def _room(
+    view: VariantView, load: Load, kinds: list[tuple[Targets, ExclusiveDemand]], error_margin_scale: float
+) -> float:
+    """The least room (fraction of its targets) a typical request of any of ``kinds`` would find on ``view``
+    under ``load``, on predictions inflated by ``error_margin_scale`` times the learned margins."""
     model = view.latency
     room = 1.0
     tpot_upper: float | None = None
-    for (ttft_target, tpot_target), kind in live:
+    for (ttft_target, tpot_target), kind in kinds:
         if ttft_target is not None:
-            ttft = model.predict_ttft_ms(round(kind.prompt_tokens), after)
+            ttft = model.predict_ttft_ms(round(kind.prompt_tokens), load)
             room = min(room, 1.0 - ttft * (1.0 + error_margin_scale * model.ttft_margin) / ttft_target)
         if tpot_target is not None:
             if tpot_upper is None:  # the same for every kind: it depends on the batch, not the prompt
-                tpot = model.predict_tpot_ms(after.batch_when_running, after.prefill_tokens_per_s)
+                tpot = model.predict_tpot_ms(load.batch_when_running, load.prefill_tokens_per_s)
                 tpot_upper = tpot * (1.0 + error_margin_scale * model.tpot_margin)
             room = min(room, 1.0 - tpot_upper / tpot_target)
     return room

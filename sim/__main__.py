@@ -1,7 +1,10 @@
-"""``python -m sim``: the built-in cluster scenario, or ``python -m sim calibrate`` against a real run.
+"""``python -m sim``: the built-in cluster scenario, ``python -m sim sweep`` (every policy at fractions of the
+natural split's capacity, judged by the issue's bar), or ``python -m sim calibrate`` against a real run.
 
-    python -m sim --json out.json [--scenario builtin|heterogeneous|tiers] [--rate-scale 1] [--out DIR]
-                  [--duration-s 3600] [--policies slo largest] [--scaling static]
+    python -m sim --json out.json [--scenario builtin|heterogeneous|tiers|two_variant] [--rate-scale 1]
+                  [--out DIR] [--duration-s 3600] [--policies slo largest] [--scaling static]
+    python -m sim sweep --scenario two_variant [--fractions 0.5 1.0] [--policies ...] [--json out.json]
+                  [--duration-s S]
     python -m sim calibrate --records records.jsonl --profile PROFILE [--replicas N] [--json out.json]
 
 PROFILE is a built-in name (``sim.profiles.BUILTIN_PROFILES``) or a JSON file of an
@@ -24,8 +27,9 @@ from sim.calibrate import calibrate, render
 from sim.profile import EngineProfile
 from sim.profiles import BUILTIN_PROFILES
 from sim.scenario import ALL_POLICIES, ALL_SCALING, SCENARIOS, run_matrix, table
+from sim.sweep import QUICK_FRACTIONS, render_sweep, sweep
 
-COMMANDS = ("run", "calibrate")
+COMMANDS = ("run", "calibrate", "sweep")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -42,7 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
         default="builtin",
         help="builtin: 64 H200s, 1 h with a 5x spike (docs/sim.md); heterogeneous: 24 H200s whose variants "
         "hold different contexts, steady traffic (router.reservation's case); tiers: 18 H200s whose variants "
-        "decode at different speeds, chat at two SLO tiers",
+        "decode at different speeds, chat at two SLO tiers; two_variant: the routing bench's short/long mix on "
+        "18 H200s",
     )
     run.add_argument("--duration-s", type=float, default=None, help="default: the scenario's own")
     run.add_argument("--rate-scale", type=float, default=1.0, help="multiply every stream's rate")
@@ -56,6 +61,26 @@ def build_parser() -> argparse.ArgumentParser:
         "default); default: the scenario's (tiers: least_prefill, the others: power_of_two)",
     )
     run.add_argument("--workers", type=int, default=None, help="processes (default: one per CPU)")
+
+    sw = sub.add_parser(
+        "sweep",
+        help="the routing bench's quick sweep: the natural split's capacity from the engine models, then every "
+        "policy at fractions of it, and the issue's bar at the top rate",
+    )
+    sw.add_argument("--scenario", choices=sorted(SCENARIOS), default="two_variant")
+    sw.add_argument(
+        "--fractions",
+        nargs="+",
+        type=float,
+        default=list(QUICK_FRACTIONS),
+        help="rates as fractions of the capacity (the bench's quick sweep: 0.5 1.0); the bar is judged at the highest",
+    )
+    sw.add_argument("--policies", nargs="+", choices=ALL_POLICIES, default=list(ALL_POLICIES))
+    sw.add_argument(
+        "--duration-s", type=float, default=None, help="seconds of traffic per run; default: the scenario's"
+    )
+    sw.add_argument("--json", type=Path, default=None, help="write the capacity estimate, every run and the bar here")
+    sw.add_argument("--workers", type=int, default=None, help="processes (default: one per CPU)")
 
     cal = sub.add_parser("calibrate", help="replay a bench run's records; simulated vs measured percentiles")
     cal.add_argument("--records", type=Path, required=True, help="records.jsonl of a `python -m bench load` run")
@@ -100,6 +125,29 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _sweep(args: argparse.Namespace) -> int:
+    if any(f <= 0 for f in args.fractions):
+        print("sim sweep: fractions must be positive", file=sys.stderr)
+        return 2
+    try:
+        result = sweep(
+            SCENARIOS[args.scenario],
+            fractions=sorted(args.fractions),
+            policies=args.policies,
+            duration_s=args.duration_s,
+            workers=args.workers,
+        )
+    except ValueError as exc:  # e.g. a stream whose typical request no pool holds: no natural split
+        print(f"sim sweep: scenario {args.scenario!r}: {exc}", file=sys.stderr)
+        return 2
+    print(render_sweep(result))
+    print(f"\n{len(result.runs)} runs and the estimate in {result.wall_s:.1f} s wall")
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(result.model_dump_json(indent=2) + "\n")
+    return 0
+
+
 def _calibrate(args: argparse.Namespace) -> int:
     try:
         profile = load_profile(args.profile)
@@ -120,7 +168,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not argv or argv[0] not in (*COMMANDS, "-h", "--help"):
         argv = ["run", *argv]  # `python -m sim --json out.json` runs the built-in scenario
     args = build_parser().parse_args(argv)
-    return _run(args) if args.command == "run" else _calibrate(args)
+    commands = {"run": _run, "sweep": _sweep, "calibrate": _calibrate}
+    return commands[args.command](args)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,8 @@ Each (policy, scaling) pair is one simulated run of the same traffic. Scaling mo
 replica) and an FP8 70B tensor-parallel-4 pool, an hour of chat, RAG and batch traffic whose rate
 jumps five-fold for ten minutes. :func:`heterogeneous_scenario` is a smaller fleet whose variants differ
 in what they can hold (an 8k-context 8B next to a 32k-context 70B), the case capacity reservation is for.
+:func:`tiers_scenario` and :func:`two_variant_scenario` are fleets whose variants differ in decode speed; the
+latter is the routing bench's two-class mix at GPU scale.
 """
 
 from __future__ import annotations
@@ -409,8 +411,75 @@ def tiers_scenario(duration_s: float = 300.0, rate_scale: float = 1.0) -> Scenar
     )
 
 
+TWO_VARIANT_BASE_RATE = 8.0  # req/s of the two_variant scenario at rate_scale 1
+TWO_VARIANT_SHORT_SHARE = 0.75  # the routing bench's default --interactive-share
+
+
+def two_variant_scenario(duration_s: float = 300.0, rate_scale: float = 1.0) -> Scenario:
+    """18 H200s: 2 one-GPU INT4 8B replicas built for 8k tokens (fast decode) and 8 BF16 70B TP2 replicas
+    holding 32k (better answers, a decode step ~8x longer); short interactive chat and long RAG (standard
+    tier, ~4k-token prompts) at 3:1, ``TWO_VARIANT_BASE_RATE`` req/s times ``rate_scale``, steady, static.
+
+    The routing bench's two-class mix (``bench.mix.routing_mix``) at GPU scale, the issue's case: interactive
+    short prompts with tight SLOs beside long prompts with loose ones. The fast variant cannot hold the
+    longest prompts (some RAG prompts exceed 8k: only the 70B takes them), and the big one's decode is too
+    slow for the interactive TPOT under load, so neither variant can take everything. ``python -m sim
+    sweep`` places its rates at fractions of the natural split's capacity, as the bench's quick sweep does.
+    """
+    router = RouterConfig()
+    tiers = _scored_tiers(router)
+    # Chat turns kept under the length threshold (1024 tokens), as the bench's short class is: a static
+    # length split then sends every short request to the 8B, which is what the capacity estimate assumes.
+    short = _chat(tiers["interactive"]).model_copy(
+        update={"input_len": NormalLength(mean=600, std=300, low=32, high=router.length_threshold_tokens)}
+    )
+    long = WorkloadConfig(
+        input_len=NormalLength(mean=4000, std=2000, low=1500, high=16000),
+        output_len=NormalLength(mean=300, std=100, low=32, high=1000),
+        tiers=[tiers["standard"]],
+    )
+    short_8b = BUILTIN_PROFILES["llama-8b-int4-h200"].model_copy(update={"context_length": 8192})
+    pools = [
+        PoolSpec(
+            name="llama-8b-int4",
+            profile=short_8b,
+            gpus=2,
+            quality=0.6,
+            cost_per_1k_tokens=0.02,
+            max_ongoing_requests=128,
+        ),
+        PoolSpec(
+            name="llama-70b-bf16-tp2",
+            profile="llama-70b-bf16-tp2-h200",
+            gpus=16,
+            quality=0.9,
+            cost_per_1k_tokens=0.1,
+            max_ongoing_requests=64,
+        ),
+    ]
+    rate = TWO_VARIANT_BASE_RATE * rate_scale
+    return Scenario(
+        name="two_variant: 18x H200, 8B INT4 (8k context, fast decode) + 70B BF16 TP2 (32k, slow decode), "
+        "short interactive chat and long RAG",
+        duration_s=duration_s,
+        pools=pools,
+        streams=[
+            _steady("short", TWO_VARIANT_SHORT_SHARE * rate, 1, short),
+            _steady("long", (1.0 - TWO_VARIANT_SHORT_SHARE) * rate, 2, long),
+        ],
+        router=router,
+        scaling=["static"],
+        replica_choice="least_prefill",
+    )
+
+
 def _steady(name: str, rate: float, seed: int, workload: WorkloadConfig) -> Stream:
     return Stream(name=name, arrivals=PoissonArrivals(rate=rate), workload=workload.model_copy(update={"seed": seed}))
 
 
-SCENARIOS = {"builtin": builtin_scenario, "heterogeneous": heterogeneous_scenario, "tiers": tiers_scenario}
+SCENARIOS = {
+    "builtin": builtin_scenario,
+    "heterogeneous": heterogeneous_scenario,
+    "tiers": tiers_scenario,
+    "two_variant": two_variant_scenario,
+}

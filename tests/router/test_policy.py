@@ -134,6 +134,18 @@ def test_when_no_variant_is_sure_to_meet_the_slo_one_likely_to_takes_the_request
     assert decision.reason == Reason.SLO_LIKELY
 
 
+def test_when_no_variant_is_sure_the_one_with_the_most_room_wins_over_quality():
+    # small: 10 + (100 + 1000 queued) x 0.1 = 120 ms expected, but its outcomes ran 100% over (conservative
+    # 300 ms); big: 50 + 100 + 130 = 280 ms, over 300 less the 10% headroom. Both likely; small by far more.
+    variants = [with_error_margins(small(queued_prompt_tokens=1000), ttft=1.0), big(queued_prompt_tokens=130)]
+
+    decision = decide(request(slo=SLO(ttft_ms=300.0)), variants)
+
+    assert not decision.predictions["small"].meets_slo and not decision.predictions["big"].meets_slo
+    assert decision.variant == "small"
+    assert decision.reason == Reason.SLO_LIKELY
+
+
 def test_reject_answers_429_with_retry_after_and_the_predictions():
     impossible = SLO(ttft_ms=5.0, tpot_ms=None)
 

@@ -161,3 +161,89 @@ def test_a_request_sure_to_meet_only_on_a_reserved_variant_moves_to_one_likely_t
     assert decision.predictions["small"].meets_slo and not decision.predictions["big"].meets_slo
     assert decision.variant == "big"
     assert decision.reason == Reason.SLO_MET_AROUND_RESERVATION
+
+
+def test_a_request_does_not_leave_its_variant_to_keep_room_for_its_own_kind():
+    # small is the only variant sure to meet interactive requests (big's TPOT: 40 + 7 x 1 = 47 ms, over 50
+    # less the 10% headroom). This one leaves the next interactive request 10 + (100 + 2400) x 0.1 = 260 ms
+    # of 300 (room 0.13, under reserve_slack), but that one would face the same choice: it stays.
+    state = RouterState()
+    record_exclusive(state.exclusive, "small", request(100, INTERACTIVE), state.decisions)
+    variants = [small(queued_requests=1, queued_prompt_tokens=2300), big(running_requests=8)]
+
+    decision = route(request(100, INTERACTIVE), variants, RouterConfig(), state)
+
+    assert decision.predictions["small"].meets_slo and not decision.predictions["big"].meets_slo
+    assert decision.variant == "small"
+    assert decision.reason == Reason.SLO_MET_BEST_QUALITY
+
+
+def test_a_request_no_variant_is_sure_of_keeps_room_where_it_fits_best_idle_not_where_it_went():
+    # Only big is likely (280 ms of 300); small is saturated. Idle, small would suit it best (20 ms, 10 ms/tok).
+    state = RouterState()
+    variants = [small(**saturated(queued=30)), big(queued_requests=1, queued_prompt_tokens=130)]
+
+    decision = route(request(100, INTERACTIVE), variants, RouterConfig(), state)
+
+    assert decision.variant == "big"
+    assert decision.reason == Reason.SLO_LIKELY
+    assert (INTERACTIVE.ttft_ms, INTERACTIVE.tpot_ms) in state.exclusive["small"]
+    assert "big" not in state.exclusive
+
+
+# Past capacity: a costly loose request gives a variant up to the tighter, cheaper requests kept for it.
+LOOSE = SLO(ttft_ms=1000.0)
+
+
+def kept_for_interactive_on_small() -> RouterState:
+    state = RouterState()
+    record_exclusive(state.exclusive, "small", request(100, INTERACTIVE), state.decisions)
+    return state
+
+
+def test_a_costly_loose_request_yields_a_variant_whose_tighter_requests_it_would_make_miss():
+    # small: the 1500-token request meets its 1000 ms there (10 + 3500 x 0.1 = 360 ms), but an interactive
+    # request after it would wait 10 + (100 + 2000 + 1500) x 0.1 = 370 ms of 300; big misses it (1550 ms).
+    variants = [small(queued_requests=1, queued_prompt_tokens=2000), big()]
+
+    decision = route(request(1500, LOOSE), variants, RouterConfig(), kept_for_interactive_on_small())
+
+    assert decision.predictions["small"].meets_slo and decision.predictions["big"].ttft_ms > LOOSE.ttft_ms
+    assert decision.variant == "big"
+    assert decision.reason == Reason.YIELDED_TO_RESERVATION
+
+
+def test_it_keeps_the_variant_while_the_tighter_requests_still_meet_theirs_there():
+    # After it: 10 + (100 + 500 + 1500) x 0.1 = 220 ms of 300.
+    variants = [small(queued_requests=1, queued_prompt_tokens=500), big()]
+
+    decision = route(request(1500, LOOSE), variants, RouterConfig(), kept_for_interactive_on_small())
+
+    assert decision.variant == "small"
+
+
+def test_a_request_no_costlier_than_those_kept_for_never_yields():
+    # After it: 10 + (100 + 3000 + 100) x 0.1 = 330 ms of 300, but it costs small no more than one of them.
+    variants = [small(queued_requests=1, queued_prompt_tokens=3000), busy_big(queued_prompt_tokens=2000)]
+
+    decision = route(request(100, LOOSE), variants, RouterConfig(), kept_for_interactive_on_small())
+
+    assert decision.variant == "small"
+
+
+def test_it_does_not_yield_to_a_variant_it_would_crowd_just_the_same():
+    state = kept_for_interactive_on_small()
+    record_exclusive(state.exclusive, "big", request(100, INTERACTIVE), state.decisions)
+    variants = [small(queued_requests=1, queued_prompt_tokens=2000), big()]
+
+    decision = route(request(1500, LOOSE), variants, RouterConfig(), state)
+
+    assert decision.variant == "small"
+
+
+def test_reserve_slack_zero_turns_yielding_off_too():
+    variants = [small(queued_requests=1, queued_prompt_tokens=2000), big()]
+
+    decision = route(request(1500, LOOSE), variants, RouterConfig(reserve_slack=0.0), kept_for_interactive_on_small())
+
+    assert decision.variant == "small"

@@ -1,0 +1,170 @@
+"""``python -m sim sweep``: the routing bench's quick sweep on a simulated fleet, and the issue's bar.
+
+The bench (``python -m bench routing --quick``) runs every policy at fractions 0.5 and 1.0 of the natural
+split's calibrated capacity and judges the SLO policy at the top rate (``bench.routing_results.bar``). Here the
+capacity comes from the engine models (:mod:`sim.capacity`) before any policy runs, so the top rate cannot be
+chosen to flatter one; each rate is one ``run_matrix`` of every policy on identical traffic, on static pools
+(the capacity assumes every pool fully provisioned).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+from pydantic import BaseModel, Field
+
+from bench.routing_results import Bar, SweepPoint, bar
+from router.config import Policy
+from sim.capacity import CapacityEstimate, estimate_capacity
+from sim.scenario import RunResult, Scenario, run_matrix
+
+QUICK_FRACTIONS = (0.5, 1.0)  # bench.routing.QUICK_FRACTIONS (tests/sim/test_sweep.py keeps them equal)
+
+ScenarioMaker = Callable[..., Scenario]  # sim.scenario.SCENARIOS' functions: (duration_s, rate_scale)
+
+
+class SweepRun(BaseModel):
+    """One policy at one fraction of the capacity."""
+
+    fraction: float = Field(description="Offered rate as a fraction of the natural split's capacity.")
+    rate_scale: float = Field(description="The scenario's rate_scale for that rate: fraction x capacity scale.")
+    rate: float = Field(description="Offered requests per second: fraction x capacity.")
+    run: RunResult
+
+
+class SimSweep(BaseModel):
+    """A sweep's capacity estimate, every run and the bar."""
+
+    scenario: str
+    duration_s: float = Field(description="Seconds of traffic per run.")
+    capacity: CapacityEstimate
+    fractions: list[float]
+    runs: list[SweepRun]
+    bar: Bar | None = Field(description="The issue's bar at the top rate; None when the SLO policy did not run.")
+    wall_s: float = Field(description="Seconds the whole sweep took, estimate and runs.")
+
+
+def make_scenario(make: ScenarioMaker, duration_s: float | None, rate_scale: float) -> Scenario:
+    return make(rate_scale=rate_scale) if duration_s is None else make(duration_s, rate_scale)
+
+
+def sweep(
+    make: ScenarioMaker,
+    *,
+    fractions: Sequence[float] = QUICK_FRACTIONS,
+    policies: Sequence[Policy] | None = None,
+    duration_s: float | None = None,
+    workers: int | None = None,
+) -> SimSweep:
+    """Estimates the capacity of ``make``'s scenario at rate scale 1, then runs every policy at each fraction."""
+    started = time.perf_counter()
+    base = make_scenario(make, duration_s, 1.0)
+    estimate = estimate_capacity(base)
+    runs: list[SweepRun] = []
+    for fraction in fractions:
+        scale = fraction * estimate.rate_scale
+        scenario = make_scenario(make, duration_s, scale)
+        update = {"policies": list(policies or base.policies), "scaling": ["static"]}
+        for run in run_matrix(scenario.model_copy(update=update), workers=workers):
+            runs.append(SweepRun(fraction=fraction, rate_scale=scale, rate=fraction * estimate.capacity, run=run))
+    return SimSweep(
+        scenario=base.name,
+        duration_s=base.duration_s,
+        capacity=estimate,
+        fractions=list(fractions),
+        runs=runs,
+        bar=judge(runs),
+        wall_s=time.perf_counter() - started,
+    )
+
+
+def judge(runs: Sequence[SweepRun], policy: str = "slo") -> Bar | None:
+    """``bench.routing_results.bar`` on the runs: ``policy`` at the top rate against every other policy there.
+
+    ``bar`` reads a point's policy, rate and summary only; the bench's other per-point figures (route reasons,
+    shares) come from records, which a sweep does not keep, and stay empty.
+    """
+    if not any(r.run.policy == policy for r in runs):
+        return None
+    points = [
+        SweepPoint(
+            policy=r.run.policy,
+            rate=r.rate,
+            summary=r.run.summary,
+            variant_share={},
+            reasons={},
+            long_on_variant={},
+            quality_met=None,
+        )
+        for r in runs
+    ]
+    return bar(points, policy=policy)
+
+
+def bar_line(b: Bar | None) -> str:
+    """The bar in the bench report's words (``bench.routing.render_report``)."""
+    if b is None:
+        return "**Bar:** no SLO policy point"
+    return (
+        f"**Bar:** at {b.rate:.2f} req/s: {b.policy} {b.attainment:.1%}, best baseline {b.best_baseline} "
+        f"{(b.best_baseline_attainment or 0):.1%}, margin {(b.margin or 0):+.1%} "
+        f"(bar: >= {b.min_attainment:.0%} and >= {b.min_margin:+.0%}) -> {'met' if b.met else 'NOT met'}"
+    )
+
+
+def capacity_table(estimate: CapacityEstimate) -> str:
+    lines = [
+        "| pool | replicas | streams | share of rate | burst (requests) | burst (s) | throughput (req/s) | "
+        "saturates at (req/s) |",
+        "|---|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for p in estimate.pools:
+        lines.append(
+            f"| {p.pool} | {p.replicas} | {', '.join(p.streams) or '-'} | {p.share:.0%} | {p.burst_requests} | "
+            f"{_num(p.burst_s)} | {_num(p.throughput)} | {_num(p.capacity)} |"
+        )
+    return "\n".join(lines)
+
+
+def runs_table(runs: Sequence[SweepRun]) -> str:
+    """One row per (policy, rate), policies in the order run, rates ascending."""
+    tiers = sorted({t for r in runs for t in r.run.summary.by_tier})
+    head = ["policy", "rate (req/s)", "rate scale", "requests", "failed", "SLO attainment"]
+    head += [f"attain. {t}" for t in tiers] + ["goodput (req/s)", "mean quality"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---:" if i else "---" for i in range(len(head))) + "|"]
+    order = {p: i for i, p in enumerate(dict.fromkeys(r.run.policy for r in runs))}
+    for r in sorted(runs, key=lambda r: (order[r.run.policy], r.rate)):
+        s = r.run.summary
+        by_tier = [f"{s.by_tier[t].slo_attainment:.1%}" if t in s.by_tier else "-" for t in tiers]
+        cells = [r.run.policy, f"{r.rate:.2f}", f"{r.rate_scale:.2f}", str(s.requests), str(s.failed)]
+        cells += [f"{s.slo_attainment:.1%}", *by_tier, f"{s.goodput:.2f}", f"{r.run.mean_quality:.2f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def render_sweep(result: SimSweep) -> str:
+    e = result.capacity
+    return "\n".join(
+        [
+            f"# {result.scenario}",
+            "",
+            "## The natural split's capacity (engine models only, before any policy runs)",
+            "",
+            capacity_table(e),
+            "",
+            f"Capacity: {e.capacity:.2f} req/s (rate scale {e.rate_scale:.3f} of the scenario's {e.base_rate:g} "
+            f"req/s; {e.bottleneck} saturates first). Rates: "
+            + ", ".join(f"{f:g} x = {f * e.capacity:.2f} req/s" for f in result.fractions),
+            "",
+            f"## Every policy, static pools, {result.duration_s:g} s of traffic per run",
+            "",
+            runs_table(result.runs),
+            "",
+            bar_line(result.bar),
+        ]
+    )
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"

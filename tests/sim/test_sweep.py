@@ -1,0 +1,118 @@
+"""``python -m sim sweep``: the bench's quick sweep on a simulated fleet, its table, JSON and bar."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench.arrivals import PoissonArrivals
+from bench.routing import QUICK_FRACTIONS as BENCH_QUICK_FRACTIONS
+from bench.summary import summarize
+from bench.workload import FixedLength, WorkloadConfig
+from router.config import Policy
+from sim.__main__ import build_parser, main
+from sim.scenario import SCENARIOS, PoolSpec, RunResult, Scenario
+from sim.sweep import QUICK_FRACTIONS, SimSweep, SweepRun, bar_line, judge
+from sim.workload import Stream
+from tests.sim.helpers import profile
+
+
+def test_the_default_fractions_are_the_bench_quick_sweeps():
+    assert QUICK_FRACTIONS == BENCH_QUICK_FRACTIONS
+
+
+def test_the_sweep_command_parses():
+    args = build_parser().parse_args(["sweep"])
+    assert (args.scenario, args.fractions, args.json, args.duration_s) == ("two_variant", [0.5, 1.0], None, None)
+    assert len(args.policies) == 5
+    args = build_parser().parse_args(
+        ["sweep", "--scenario", "tiers", "--fractions", "0.25", "1", "--policies", "slo", "--duration-s", "30"]
+    )
+    assert (args.scenario, args.fractions, args.policies, args.duration_s) == ("tiers", [0.25, 1.0], ["slo"], 30.0)
+
+
+def test_a_tiny_sweep_prints_the_capacity_the_table_and_the_bar_and_writes_json(tmp_path, capsys):
+    out = tmp_path / "sweep.json"
+    argv = ["sweep", "--scenario", "two_variant", "--duration-s", "10", "--fractions", "0.2", "0.1"]
+    assert main([*argv, "--policies", "slo", "least_loaded", "--workers", "1", "--json", str(out)]) == 0
+
+    printed = capsys.readouterr().out
+    result = SimSweep.model_validate(json.loads(out.read_text()))
+    capacity = result.capacity.capacity
+    assert f"Capacity: {capacity:.2f} req/s" in printed
+    assert "| llama-70b-bf16-tp2 | 8 | long | 25% |" in printed
+    assert sorted((r.run.policy, r.fraction) for r in result.runs) == [
+        ("least_loaded", 0.1),
+        ("least_loaded", 0.2),
+        ("slo", 0.1),
+        ("slo", 0.2),
+    ]
+    for r in result.runs:
+        assert r.rate == pytest.approx(r.fraction * capacity)
+        assert r.rate_scale == pytest.approx(r.fraction * result.capacity.rate_scale)
+        assert r.run.scaling == "static"
+        assert r.run.summary.requests > 0
+    assert f"| slo | {0.2 * capacity:.2f} |" in printed
+    assert "attain. interactive" in printed and "attain. standard" in printed
+    assert result.bar is not None and result.bar.rate == pytest.approx(0.2 * capacity)
+    assert bar_line(result.bar) in printed
+    assert printed.count("**Bar:** at ") == 1
+
+
+def _run(policy: Policy, attainment: float) -> RunResult:
+    summary = summarize([]).model_copy(update={"slo_attainment": attainment})
+    return RunResult(
+        policy=policy,
+        scaling="static",
+        gpu_hours=1.0,
+        gpu_hours_by_variant={},
+        mean_quality=0.5,
+        peak_replicas={},
+        wall_s=0.0,
+        cpu_s=0.0,
+        summary=summary,
+    )
+
+
+def _runs(top: dict[Policy, float], low: dict[Policy, float]) -> list[SweepRun]:
+    def at(fraction: float, figures: dict[Policy, float]) -> list[SweepRun]:
+        return [
+            SweepRun(fraction=fraction, rate_scale=fraction, rate=10 * fraction, run=_run(p, a))
+            for p, a in figures.items()
+        ]
+
+    return at(0.5, low) + at(1.0, top)
+
+
+def test_the_bar_is_judged_at_the_top_rate_against_the_best_baseline():
+    # At the lower rate the SLO policy would fail; only the top rate counts.
+    runs = _runs(top={"slo": 0.95, "least_loaded": 0.79, "largest": 0.2}, low={"slo": 0.5, "least_loaded": 0.99})
+    b = judge(runs)
+    assert b is not None and b.met and b.rate == 10.0 and b.best_baseline == "least_loaded"
+    assert bar_line(b) == (
+        "**Bar:** at 10.00 req/s: slo 95.0%, best baseline least_loaded 79.0%, margin +16.0% "
+        "(bar: >= 90% and >= +15%) -> met"
+    )
+    not_by_margin = judge(_runs(top={"slo": 0.95, "least_loaded": 0.81}, low={}))
+    not_by_attainment = judge(_runs(top={"slo": 0.89, "least_loaded": 0.5}, low={}))
+    assert not_by_margin is not None and not not_by_margin.met
+    assert not_by_attainment is not None and not not_by_attainment.met
+    assert bar_line(not_by_margin).endswith("-> NOT met")
+    assert judge(_runs(top={"least_loaded": 0.9}, low={})) is None
+
+
+def test_a_scenario_the_natural_split_cannot_place_fails_with_a_message(monkeypatch, capsys):
+    def unplaceable(duration_s: float = 10.0, rate_scale: float = 1.0) -> Scenario:
+        workload = WorkloadConfig(input_len=FixedLength(value=9000), output_len=FixedLength(value=10))
+        return Scenario(
+            name="unplaceable",
+            duration_s=duration_s,
+            pools=[PoolSpec(name="small", profile=profile(context_length=8192), gpus=1)],
+            streams=[Stream(name="huge", arrivals=PoissonArrivals(rate=rate_scale), workload=workload)],
+        )
+
+    monkeypatch.setitem(SCENARIOS, "unplaceable", unplaceable)
+    assert main(["sweep", "--scenario", "unplaceable", "--policies", "slo", "--workers", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "sim sweep" in err and "'huge'" in err and "fits no pool" in err
