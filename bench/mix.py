@@ -112,6 +112,31 @@ def mixed_requests(
         )
 
 
+def slo_window_s(mix: MixConfig, tiers: Mapping[str, SLOTier]) -> float:
+    """The longest a request of ``mix`` may run and still meet its SLO: its TTFT target plus its TPOT target for
+    every token after the first, at the longest output of its class (0 when no class has both targets).
+
+    A bench's hard limit per request must not be shorter: a request cut before this window ends is scored a
+    miss it might not have been (on 2x H200 with 4 s / 250 ms targets, an 8 s limit cut long prompts that
+    were on their way to meeting 19.75 s)."""
+    window = 0.0
+    for cls in mix.classes:
+        slo = slo_of(cls.tier, tiers)
+        if slo.ttft_ms is not None and slo.tpot_ms is not None:
+            tokens = longest_length(cls.output_len)
+            window = max(window, (slo.ttft_ms + slo.tpot_ms * (tokens - 1)) / 1e3)
+    return window
+
+
+def longest_length(dist: LengthDist) -> int:
+    """The longest a length distribution draws (a normal one without a cap: its mean + 4 standard deviations)."""
+    if isinstance(dist, FixedLength):
+        return dist.value
+    if isinstance(dist, UniformLength):
+        return dist.high
+    return dist.high if dist.high is not None else round(dist.mean + 4 * dist.std)
+
+
 def mean_length(dist: LengthDist) -> float:
     """The mean a length distribution draws (before clipping, for a normal one)."""
     if isinstance(dist, FixedLength):

@@ -44,7 +44,7 @@ from bench.calibration import ProbePlan, VariantCalibration, calibrate_variant, 
 from bench.client import TargetConfig
 from bench.load import drive
 from bench.loadgen import LoadConfig
-from bench.mix import MixConfig, mean_length, mixed_requests, routing_mix
+from bench.mix import MixConfig, mean_length, mixed_requests, routing_mix, slo_window_s
 from bench.records import RequestRecord, write_jsonl
 from bench.report import machine_info
 from bench.routing_plot import sweep_plot
@@ -86,7 +86,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help=f"rates as fractions of the calibrated capacity (default {FULL_FRACTIONS}, quick {QUICK_FRACTIONS})",
     )
     p.add_argument("--duration-s", type=float, default=None, help="seconds of arrivals per point (60, quick 10)")
-    p.add_argument("--request-timeout-s", type=float, default=None, help="hard limit per request (30, quick 8)")
+    p.add_argument(
+        "--request-timeout-s",
+        type=float,
+        default=None,
+        help="hard limit per request (default: 30, quick 8, or the longest SLO window of the mix if longer)",
+    )
     p.add_argument("--interactive-share", type=float, default=0.75, help="share of short interactive requests")
     p.add_argument("--long-tier", default="standard", help="SLO tier of the long prompts")
     p.add_argument(
@@ -323,7 +328,6 @@ def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # builtin models are generated offline
     duration_s = args.duration_s or (10.0 if args.quick else 60.0)
-    args.request_timeout_s = args.request_timeout_s or (8.0 if args.quick else 30.0)
     fractions = args.rate_fractions or list(QUICK_FRACTIONS if args.quick else FULL_FRACTIONS)
     out = args.out or Path("bench/results/routing-quick" if args.quick else "bench/results/routing")
     base_args = app_args_from_file(args.config)
@@ -331,6 +335,8 @@ def run(args: argparse.Namespace) -> int:
         base_args = fixed_replicas(base_args)
     router = RouterConfig.model_validate({**base_args.get("router", {}), **args.router})
     mix = routing_mix(interactive_share=args.interactive_share, long_tier=args.long_tier, seed=args.seed)
+    # The default limit never cuts a request before its SLO window ends (bench.mix.slo_window_s).
+    args.request_timeout_s = args.request_timeout_s or max(8.0 if args.quick else 30.0, slo_window_s(mix, router.tiers))
     target = SweepTarget(base_args["model_name"], mix, dict(router.tiers), args.request_timeout_s)
     command = shlex.join(["python", "-m", "bench", *getattr(args, "argv", sys.argv[1:])])
 

@@ -377,24 +377,7 @@ def tiers_scenario(duration_s: float = 300.0, rate_scale: float = 1.0) -> Scenar
         tiers=[tiers["standard"]],
     )
     batch = _batch_jobs(tiers["batch"])
-    pools = [
-        PoolSpec(
-            name="llama-8b-int4",
-            profile="llama-8b-int4-h200",
-            gpus=2,
-            quality=0.6,
-            cost_per_1k_tokens=0.02,
-            max_ongoing_requests=128,
-        ),
-        PoolSpec(
-            name="llama-70b-bf16-tp2",
-            profile="llama-70b-bf16-tp2-h200",
-            gpus=16,
-            quality=0.9,
-            cost_per_1k_tokens=0.1,
-            max_ongoing_requests=64,
-        ),
-    ]
+    pools = _fast_and_slow_pools(BUILTIN_PROFILES["llama-8b-int4-h200"])
     return Scenario(
         name="tiers: 18x H200, 8B INT4 (fast decode) + 70B BF16 TP2 (slow decode), chat at two tiers, RAG, batch",
         duration_s=duration_s,
@@ -438,25 +421,7 @@ def two_variant_scenario(duration_s: float = 300.0, rate_scale: float = 1.0) -> 
         output_len=NormalLength(mean=300, std=100, low=32, high=1000),
         tiers=[tiers["standard"]],
     )
-    short_8b = BUILTIN_PROFILES["llama-8b-int4-h200"].model_copy(update={"context_length": 8192})
-    pools = [
-        PoolSpec(
-            name="llama-8b-int4",
-            profile=short_8b,
-            gpus=2,
-            quality=0.6,
-            cost_per_1k_tokens=0.02,
-            max_ongoing_requests=128,
-        ),
-        PoolSpec(
-            name="llama-70b-bf16-tp2",
-            profile="llama-70b-bf16-tp2-h200",
-            gpus=16,
-            quality=0.9,
-            cost_per_1k_tokens=0.1,
-            max_ongoing_requests=64,
-        ),
-    ]
+    pools = _fast_and_slow_pools(BUILTIN_PROFILES["llama-8b-int4-h200"].model_copy(update={"context_length": 8192}))
     rate = TWO_VARIANT_BASE_RATE * rate_scale
     return Scenario(
         name="two_variant: 18x H200, 8B INT4 (8k context, fast decode) + 70B BF16 TP2 (32k, slow decode), "
@@ -471,6 +436,29 @@ def two_variant_scenario(duration_s: float = 300.0, rate_scale: float = 1.0) -> 
         scaling=["static"],
         replica_choice="least_prefill",
     )
+
+
+def _fast_and_slow_pools(fast: EngineProfile) -> list[PoolSpec]:
+    """The fleet of ``tiers`` and ``two_variant``: 2 one-GPU 8B INT4 replicas (``fast``) beside 8 BF16 70B
+    TP2 replicas, whose decode step is ~8x longer and whose answers are better."""
+    return [
+        PoolSpec(
+            name="llama-8b-int4",
+            profile=fast,
+            gpus=2,
+            quality=0.6,
+            cost_per_1k_tokens=0.02,
+            max_ongoing_requests=128,
+        ),
+        PoolSpec(
+            name="llama-70b-bf16-tp2",
+            profile="llama-70b-bf16-tp2-h200",
+            gpus=16,
+            quality=0.9,
+            cost_per_1k_tokens=0.1,
+            max_ongoing_requests=64,
+        ),
+    ]
 
 
 def _steady(name: str, rate: float, seed: int, workload: WorkloadConfig) -> Stream:

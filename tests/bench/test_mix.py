@@ -1,7 +1,16 @@
 import pytest
 from pydantic import ValidationError
 
-from bench.mix import MixConfig, RequestClass, mean_length, mixed_requests, routing_mix, slo_of
+from bench.mix import (
+    MixConfig,
+    RequestClass,
+    longest_length,
+    mean_length,
+    mixed_requests,
+    routing_mix,
+    slo_of,
+    slo_window_s,
+)
 from bench.workload import FixedLength, NormalLength, UniformLength
 from router.config import RouterConfig
 
@@ -69,3 +78,20 @@ def test_mean_length():
     assert mean_length(FixedLength(value=7)) == 7
     assert mean_length(UniformLength(low=10, high=20)) == 15
     assert mean_length(NormalLength(mean=12.5, std=3)) == 12.5
+
+
+def test_the_slo_window_is_the_longest_time_a_request_may_take_and_still_meet_its_slo():
+    # Default tiers: interactive 300 ms + 31 x 50 ms = 1.85 s; standard (the long class) 2 s + 63 x 100 ms.
+    assert slo_window_s(routing_mix(), TIERS) == pytest.approx(8.3)
+    # Looser targets widen it: what made an 8 s hard limit cut requests still on their way to meeting them.
+    loose = {**TIERS, "standard": TIERS["standard"].model_copy(update={"ttft_ms": 4000.0, "tpot_ms": 250.0})}
+    assert slo_window_s(routing_mix(), loose) == pytest.approx(19.75)
+    # A class without both targets (batch) sets no window.
+    assert slo_window_s(routing_mix(long_tier="batch"), TIERS) == pytest.approx(1.85)
+
+
+def test_longest_length():
+    assert longest_length(FixedLength(value=7)) == 7
+    assert longest_length(UniformLength(low=10, high=20)) == 20
+    assert longest_length(NormalLength(mean=100, std=10, high=120)) == 120
+    assert longest_length(NormalLength(mean=100, std=10)) == 140

@@ -18,7 +18,7 @@ from serve_app.config import format_loc, load_app_config, load_config_file, main
 
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCTION_CONFIGS = sorted((ROOT / "configs").glob("gpu-trtllm*.yaml"))
-GPU_BENCH_CONFIG = ROOT / "configs" / "gpu-hf-two-variants.yaml"
+GPU_BENCH_CONFIGS = sorted((ROOT / "configs").glob("gpu-hf-two-variants*.yaml"))
 
 
 def valid_args() -> dict[str, Any]:
@@ -93,8 +93,9 @@ def test_production_config_is_valid(path: Path):
         assert variant.autoscaling is not None
 
 
-def test_the_two_gpu_bench_config_puts_each_variant_on_its_own_gpu_with_long_prompts_on_one():
-    config = load_config_file(GPU_BENCH_CONFIG)
+@pytest.mark.parametrize("path", GPU_BENCH_CONFIGS, ids=lambda p: p.name)
+def test_the_two_gpu_bench_configs_put_each_variant_on_its_own_gpu_the_fast_one_with_less_context(path: Path):
+    config = load_config_file(path)
 
     assert [(v.engine.backend, v.engine.device, v.resources.num_gpus) for v in config.variants] == [
         ("hf", "cuda", 1),
