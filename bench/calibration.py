@@ -98,7 +98,7 @@ def fit_profile(
     ms_per_token = max((ttft_long - ttft_short) / max(n_long - n_short, 1.0), 1e-3)
     base = max(ttft_short - n_short * ms_per_token, 0.0)
     tpot_1 = 1e3 * min(_present([r.tpot_s for r in short_ok]))
-    tpot_burst = 1e3 * statistics.median(_present([r.tpot_s for r in burst_ok]))
+    tpot_burst = statistics.median(_present([_steady_tpot_ms(r) for r in burst_ok]))
     per_extra = max(tpot_burst - tpot_1, 0.0) / (len(burst) - 1)
     return VariantCalibration(
         variant=variant,
@@ -117,6 +117,19 @@ def fit_profile(
         tpot_batch_1_ms=tpot_1,
         tpot_burst_ms=tpot_burst,
     )
+
+
+def _steady_tpot_ms(record: RequestRecord) -> float | None:
+    """The time per token over the second half of a stream: the decode of the whole burst's batch, without
+    the ramp while the other probes join it and prefill (which, over 32 tokens, made the transformers engine on
+    an H200 look several times slower per extra sequence than it ran under load). The request's TPOT when
+    its stream has too few chunks to split."""
+    gaps = record.itl_s
+    if len(gaps) < 4 or record.chunks < 2 or record.output_tokens < 2:
+        return None if record.tpot_s is None else 1e3 * record.tpot_s
+    tail = gaps[len(gaps) // 2 :]
+    tokens_per_chunk = record.output_tokens / record.chunks  # chunks may carry several tokens when coalesced
+    return 1e3 * sum(tail) / (len(tail) * tokens_per_chunk)
 
 
 def _errors(records: Sequence[RequestRecord]) -> str:

@@ -44,6 +44,16 @@ def test_fit_by_hand():
     assert c.long_per_s == pytest.approx(3 / 3.0)
 
 
+def test_the_burst_is_timed_on_the_second_half_of_its_streams_once_every_probe_has_joined():
+    short = [probe(64, 0.100, 0.010), probe(64, 0.180, 0.014)]
+    long = [probe(1064, 0.600, 0.012)]
+    # 16 chunks of 2 tokens: 7 gaps of 100 ms while the burst ramps up, then 8 of 32 ms (16 ms a token).
+    ramping = probe(64, 0.2, 0.060, chunks=16, itl_s=[0.1] * 7 + [0.032] * 8)
+    c = fit(short, long, [ramping] * 8)
+    assert c.tpot_burst_ms == pytest.approx(16)
+    assert c.profile.tpot_ms_per_extra_seq == pytest.approx((16 - 10) / 7)
+
+
 def test_failed_probes_are_left_out_and_a_noisy_fit_stays_physical():
     # The long prompt looked faster than the short one (another process slowed the short probes).
     short = [probe(64, 0.300, 0.010), failed(64)]
