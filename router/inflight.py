@@ -15,7 +15,9 @@ Per variant it keeps, cheaply enough for every decision:
 * sums over decoding requests of ``max_tokens``, predicted speed and first-token times, from which the
   mean decode work they have left follows in O(1) (each progressing at its predicted TPOT).
 
-Feedback: TTFT is learned at the first token (not at the end of a long answer); TPOT at the close;
+Feedback: TTFT is learned at the first token (not at the end of a long answer); TPOT once midway, at
+:data:`TPOT_CHECKPOINT_TOKENS` generated tokens or half the answer (:meth:`InflightBook.progress`), and for the
+rest at the close;
 failures and timeouts teach a *censored* value — the time already waited is a lower bound, which moves
 the model only when it is above the prediction (see ``LatencyModel``), so the worst cases are not
 silently dropped while an early client disconnect teaches nothing.
@@ -32,6 +34,10 @@ from router.types import Prediction, VariantView
 # Time constant of the prompt-token rate: long enough to smooth single arrivals, short enough to follow
 # a spike within a few seconds (a request's decode lasts seconds).
 RATE_TIME_CONSTANT_S = 5.0
+# A request teaches TPOT for its first tokens once it has this many (or half its max_tokens, if fewer), rather
+# than only when it ends. On 2x H200 an answer of 64 tokens took ~7 s at load, longer than half a quick bench
+# point, so the router decided most of a point on its seed figures (python -m bench routing, 2026-11-30).
+TPOT_CHECKPOINT_TOKENS = 16
 
 
 @dataclass(slots=True, eq=False)
@@ -49,7 +55,17 @@ class RouteTicket:
     # before dispatch (parsing, tokenizing, a busy event loop) as part of TTFT. None: at dispatch (``start``).
     arrived_at: float | None = None
     prefill_sent_at_first_token: float = 0.0  # the variant's prompt-token total when its decode began
+    # Where the TPOT checkpoint (InflightBook.progress) cut its decode: the close teaches only what follows.
+    checkpoint_at: float | None = None
+    checkpoint_tokens: int = 1
+    prefill_sent_at_checkpoint: float = 0.0
     done: bool = False
+
+    @property
+    def checkpoint(self) -> int:
+        """Generated tokens at which :meth:`InflightBook.progress` teaches TPOT (0: never; too short)."""
+        tokens = min(TPOT_CHECKPOINT_TOKENS, self.max_tokens // 2)
+        return tokens if tokens >= 3 else 0
 
     def headers(self) -> dict[str, str]:
         """``x-route-predicted-ttft-ms`` / ``x-route-predicted-tpot-ms`` of the chosen variant (empty
@@ -129,6 +145,23 @@ class InflightBook:
             book.decoding_rate_first_at += now * speed
         self._observe_ttft(ticket, now, censored=False)
 
+    def progress(self, ticket: RouteTicket, completion_tokens: int, now: float) -> None:
+        """The request has generated ``completion_tokens`` tokens by ``now``: at its checkpoint, the TPOT of
+        its decode so far is learned (once per request)."""
+        if (
+            ticket.done
+            or ticket.checkpoint_at is not None
+            or ticket.first_token_at is None
+            or not 0 < ticket.checkpoint <= completion_tokens
+        ):
+            return
+        book = self._books[ticket.variant]
+        ticket.checkpoint_at, ticket.checkpoint_tokens = now, completion_tokens
+        ticket.prefill_sent_at_checkpoint = book.prefill_sent
+        self._observe_tpot(
+            ticket, ticket.first_token_at, 1, ticket.prefill_sent_at_first_token, completion_tokens, now, ok=True
+        )
+
     def close(self, ticket: RouteTicket, completion_tokens: int, now: float, *, ok: bool) -> None:
         """Ends a ticket once. A success teaches TPOT; a failure teaches the time waited as a lower bound
         (of TTFT before a first token, of TPOT after it)."""
@@ -138,8 +171,6 @@ class InflightBook:
         book = self._books[ticket.variant]
         book.requests -= 1
         book.prompt_tokens -= ticket.prompt_tokens
-        pred = ticket.prediction
-        model = self.models[ticket.variant]
         if ticket.first_token_at is None:
             self._started(book, ticket)
             if not ok:
@@ -151,15 +182,36 @@ class InflightBook:
             book.decoding_max_tokens -= ticket.max_tokens - 1
             book.decoding_rate -= speed
             book.decoding_rate_first_at -= ticket.first_token_at * speed
+        if ticket.checkpoint_at is None:
+            self._observe_tpot(
+                ticket, ticket.first_token_at, 1, ticket.prefill_sent_at_first_token, completion_tokens, now, ok=ok
+            )
+        else:  # the checkpoint taught the decode before it
+            since, then, sent = ticket.checkpoint_at, ticket.checkpoint_tokens, ticket.prefill_sent_at_checkpoint
+            self._observe_tpot(ticket, since, then, sent, completion_tokens, now, ok=ok)
+
+    def _observe_tpot(
+        self,
+        ticket: RouteTicket,
+        since: float,
+        tokens_then: int,
+        prefill_sent_then: float,
+        completion_tokens: int,
+        now: float,
+        *,
+        ok: bool,
+    ) -> None:
+        """Teaches the TPOT of the decode from ``since`` (``tokens_then`` generated) to ``now`` (a lower bound
+        when not ``ok``: a failed stream had at most max_tokens tokens left to decode in that time)."""
+        pred = ticket.prediction
         if pred is None:
             return
-        decode_s = now - ticket.first_token_at
-        # A failed stream has decoded at most max_tokens - 1 tokens in decode_s: a lower bound of TPOT.
-        steps = completion_tokens - 1 if ok else max(ticket.max_tokens - 1, completion_tokens - 1)
+        steps = completion_tokens - tokens_then if ok else max(ticket.max_tokens, completion_tokens) - tokens_then
+        decode_s = now - since
         if steps < 1 or decode_s <= 0:
             return
-        shared = (book.prefill_sent - ticket.prefill_sent_at_first_token) / ticket.replicas
-        model.observe_tpot(
+        shared = (self._books[ticket.variant].prefill_sent - prefill_sent_then) / ticket.replicas
+        self.models[ticket.variant].observe_tpot(
             1000.0 * decode_s / steps,
             pred.batch_size,
             prefill_tokens_per_step=shared / steps,

@@ -444,6 +444,8 @@ class Ingress:
                 if following is None:
                     return
                 flight.recorder.chunk(following.completion_tokens)
+                if flight.ticket is not None:
+                    self._routing.progress(flight.ticket, following.completion_tokens)
                 delta = following
 
     def _fail(

@@ -158,6 +158,11 @@ class RoutingTable:
         """The first token came back: the prompt is prefilled, and the variant's TTFT model learns now."""
         self._book.first_token(ticket, time.monotonic())
 
+    def progress(self, ticket: RouteTicket, completion_tokens: int) -> None:
+        """A chunk arrived; at the ticket's checkpoint its decode so far teaches TPOT (``InflightBook.progress``)."""
+        if completion_tokens >= ticket.checkpoint > 0 and ticket.checkpoint_at is None:  # cheap per chunk
+            self._book.progress(ticket, completion_tokens, time.monotonic())
+
     def close(self, ticket: RouteTicket, completion_tokens: int, *, ok: bool) -> None:
         """Ends a ticket once: TPOT is learned from a success, a lower bound from a failure or timeout."""
         self._book.close(ticket, completion_tokens, time.monotonic(), ok=ok)

@@ -131,6 +131,61 @@ def test_tpot_learns_the_prefill_its_decode_steps_shared():
     assert model.predict_tpot_ms(1.0, prefill_tokens_per_s=500 / 0.54) == pytest.approx(540.0, rel=0.2)
 
 
+def observed_tpots(b: InflightBook, monkeypatch) -> list[float]:
+    """The TPOT values ``b`` teaches its model, in order."""
+    seen: list[float] = []
+    model = b.models["big"]
+    learn = model.observe_tpot
+
+    def spy(tpot_ms: float, *args, **kwargs) -> None:
+        seen.append(tpot_ms)
+        learn(tpot_ms, *args, **kwargs)
+
+    monkeypatch.setattr(model, "observe_tpot", spy)
+    return seen
+
+
+def test_tpot_is_learned_at_the_checkpoint_before_a_long_answer_ends(monkeypatch):
+    b = book()
+    seen = observed_tpots(b, monkeypatch)
+    # An answer of 256 tokens decoding at 80 ms a token: its 16th token comes 1.2 s in, 19 s before its end.
+    ticket = b.open("big", 10, prediction(tpot_ms=40.0), now=0.0, max_tokens=256)
+    b.first_token(ticket, now=0.0)
+    b.progress(ticket, 8, now=0.56)  # before its checkpoint: nothing yet
+    assert seen == []
+    b.progress(ticket, 16, now=1.2)
+    assert seen == [pytest.approx(80.0)]
+    b.progress(ticket, 17, now=1.28)  # once per request
+    assert len(seen) == 1
+
+
+def test_after_a_checkpoint_the_close_teaches_only_the_rest_of_the_decode(monkeypatch):
+    b = book()
+    seen = observed_tpots(b, monkeypatch)
+    # 15 steps of 120 ms to the checkpoint, then 240 of 40 ms: the close teaches 40, not the mean (44.7).
+    ticket = b.open("big", 10, prediction(tpot_ms=40.0), now=0.0, max_tokens=256)
+    b.first_token(ticket, now=0.0)
+    b.progress(ticket, 16, now=1.8)
+    b.close(ticket, 256, now=1.8 + 240 * 0.04, ok=True)
+    assert seen == [pytest.approx(120.0), pytest.approx(40.0)]
+
+
+def test_a_request_failing_after_its_checkpoint_teaches_a_lower_bound_for_the_rest(monkeypatch):
+    b = book()
+    seen = observed_tpots(b, monkeypatch)
+    ticket = b.open("big", 10, prediction(tpot_ms=40.0), now=0.0, max_tokens=256)
+    b.first_token(ticket, now=0.0)
+    b.progress(ticket, 16, now=0.6)
+    b.close(ticket, 20, now=10.6, ok=False)  # cut off 10 s later with 240 tokens still to go at most
+    assert seen[-1] == pytest.approx(10_000 / 240)
+
+
+def test_short_answers_have_no_checkpoint():
+    assert RouteTicket("big", 10, None, start=0.0, max_tokens=4).checkpoint == 0
+    assert RouteTicket("big", 10, None, start=0.0, max_tokens=20).checkpoint == 10
+    assert RouteTicket("big", 10, None, start=0.0, max_tokens=256).checkpoint == 16
+
+
 def test_ticket_headers_carry_the_chosen_prediction():
     ticket = RouteTicket("big", 10, prediction(ttft_ms=123.4, tpot_ms=12.34), start=0.0)
     assert ticket.headers() == {"x-route-predicted-ttft-ms": "123", "x-route-predicted-tpot-ms": "12.3"}
