@@ -83,6 +83,22 @@ def test_finished_requests_train_the_variants_latency_model(table):
     assert after > before  # the model moved toward what it observed
 
 
+def test_a_long_answer_trains_tpot_midway_before_it_ends(table):
+    table._snapshot = {"tiny": [_replica("a")], "small": [_replica("b", context_length=4096)]}
+    decision = table.decide(RequestFeatures(prompt_tokens=20, max_tokens=256))
+    assert decision.variant is not None
+    before = table._models[decision.variant].predict_tpot_ms(1.0)
+    for _ in range(50):
+        ticket = table.open(decision.variant, 20, decision.predictions[decision.variant], max_tokens=256)
+        # 16 tokens in 15 s, 240 still to come: the checkpoint teaches a slow 1000 ms per output token now.
+        now = time.monotonic()
+        ticket.start, ticket.first_token_at = now - 15.010, now - 15.0
+        table.progress(ticket, 8)  # before the checkpoint: nothing
+        table.progress(ticket, 16)
+    after = table._models[decision.variant].predict_tpot_ms(1.0)
+    assert after > before  # learned with every answer still open
+
+
 def test_failed_requests_do_not_train(table):
     table._snapshot = {"tiny": [_replica("a")]}
     decision = table.decide(RequestFeatures(prompt_tokens=20, max_tokens=8))
