@@ -175,7 +175,12 @@ def _route_slo(
                 kept, _ = pick(pool)
                 if kept.name != best.name:
                     best, reason = kept, Reason.SLO_MET_AROUND_RESERVATION
-        if config.reserve_slack <= 0 or not _crowded_out(best, loads[best.name], request, state, config):
+        # With on_violation: reject a request is met or refused, never served late: it does not yield.
+        if (
+            config.reserve_slack <= 0
+            or config.on_violation == "reject"
+            or not _crowded_out(best, loads[best.name], request, state, config)
+        ):
             return Decision(best.name, reason, predictions)
         # Tighter requests already miss on ``best`` (router.reservation.crowded_out): the request gives it up
         # to them for a variant where it crowds out no one, and from here on is a request no variant meets.

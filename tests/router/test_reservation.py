@@ -247,3 +247,13 @@ def test_reserve_slack_zero_turns_yielding_off_too():
     decision = route(request(1500, LOOSE), variants, RouterConfig(reserve_slack=0.0), kept_for_interactive_on_small())
 
     assert decision.variant == "small"
+
+
+def test_with_on_violation_reject_a_request_that_meets_its_slo_is_served_not_yielded():
+    variants = [small(queued_requests=1, queued_prompt_tokens=2000), big()]
+
+    decision = route(
+        request(1500, LOOSE), variants, RouterConfig(on_violation="reject"), kept_for_interactive_on_small()
+    )
+
+    assert decision.variant == "small"
