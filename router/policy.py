@@ -39,8 +39,8 @@ How ``slo`` judges, and why:
   are chosen from by the most room (``slo_likely``): the chance of meeting comes before quality.
 * **Room for those with nowhere else to go** (``router.reservation``). A variant recently the only one sure
   to meet some kind of request (or, when none is sure, the one suiting it best idle) keeps room for that kind:
-  a request that meets its SLO elsewhere goes there instead. Past capacity, a request costlier and looser
-  than a kind that already misses on its variant yields the variant to them (``yielded_to_reservation``).
+  a request that meets its SLO elsewhere goes there instead. Past capacity, a request looser than a kind it
+  would make miss on its variant yields the variant to them (``yielded_to_reservation``).
 """
 
 from __future__ import annotations

@@ -28,8 +28,8 @@ class Reason(StrEnum):
     # No variant is sure to meet the SLO (conservative prediction), this one likely will (mean prediction).
     SLO_LIKELY = "slo_likely"
     DEGRADED_SMALLEST_VIOLATION = "degraded_smallest_violation"
-    # Served elsewhere, likely late: the variant that would meet it is kept for tighter, cheaper requests that
-    # already miss there (router.reservation.crowded_out).
+    # Served elsewhere, likely late: the variant that would meet it is kept for tighter requests that it would
+    # make miss there (router.reservation.crowded_out).
     YIELDED_TO_RESERVATION = "yielded_to_reservation"
     ROUND_ROBIN = "round_robin"
     LEAST_LOADED = "least_loaded"

@@ -222,13 +222,25 @@ def test_it_keeps_the_variant_while_the_tighter_requests_still_meet_theirs_there
     assert decision.variant == "small"
 
 
-def test_a_request_no_costlier_than_those_kept_for_never_yields():
-    # After it: 10 + (100 + 3000 + 100) x 0.1 = 330 ms of 300, but it costs small no more than one of them.
+def test_a_loose_request_as_short_as_those_kept_for_yields_too():
+    # After it: 10 + (100 + 3000 + 100) x 0.1 = 330 ms of 300: one more request of any length makes them miss.
     variants = [small(queued_requests=1, queued_prompt_tokens=3000), busy_big(queued_prompt_tokens=2000)]
 
     decision = route(request(100, LOOSE), variants, RouterConfig(), kept_for_interactive_on_small())
 
+    assert decision.variant == "big"
+    assert decision.reason == Reason.YIELDED_TO_RESERVATION
+
+
+def test_a_request_of_the_kind_kept_for_never_yields_to_its_own_kind():
+    # small: 10 + (100 + 2750) x 0.1 = 295 ms, likely under 300 (big: 2150 ms, not); the next interactive
+    # request would then miss (305 ms), but this one is as entitled to small as that one.
+    variants = [small(queued_requests=1, queued_prompt_tokens=2750), busy_big(queued_prompt_tokens=2000)]
+
+    decision = route(request(100, INTERACTIVE), variants, RouterConfig(), kept_for_interactive_on_small())
+
     assert decision.variant == "small"
+    assert decision.reason == Reason.SLO_LIKELY
 
 
 def test_it_does_not_yield_to_a_variant_it_would_crowd_just_the_same():
