@@ -7,7 +7,7 @@ import time
 import pytest
 import yaml
 
-from router import RequestFeatures
+from router import SLO, Reason, RequestFeatures
 from serve_app.config import load_app_config
 from serve_app.routing import RoutingTable
 from tests.conftest import REPO
@@ -97,6 +97,22 @@ def test_a_long_answer_trains_tpot_midway_before_it_ends(table):
         table.progress(ticket, 16)
     after = table._models[decision.variant].predict_tpot_ms(1.0)
     assert after > before  # learned with every answer still open
+
+
+def test_a_burst_on_variants_with_no_profile_is_never_shed_before_their_models_learn(table):
+    # The default config's variants have no latency_profile: their models start from pessimistic defaults,
+    # which predict seconds of waiting for a slot once a burst fills the batch. A first version of shedding
+    # acted on those and refused 54 of a 384-request burst on an H200 whose TTFT was in fact 0.3 s.
+    table._snapshot = {"tiny": [_replica("a")], "small": [_replica("b", context_length=4096)]}
+    interactive = RequestFeatures(prompt_tokens=100, max_tokens=64, slo=SLO(ttft_ms=300.0, tpot_ms=50.0))
+    reasons = []
+    for _ in range(96):  # all in flight at once, none finished
+        decision = table.decide(interactive)
+        reasons.append(decision.reason)
+        if decision.variant is not None:
+            table.open(decision.variant, 100, decision.predictions[decision.variant], max_tokens=64)
+    assert Reason.SHED_HOPELESS not in reasons
+    assert Reason.DEGRADED_SMALLEST_VIOLATION in reasons  # the burst did make the defaults predict misses
 
 
 def test_failed_requests_do_not_train(table):
