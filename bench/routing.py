@@ -294,7 +294,7 @@ async def engine_limits(url: str) -> dict[str, EngineLimits]:
     }
 
 
-def burst_size(max_running_requests: int) -> int:
+def probe_burst(max_running_requests: int) -> int:
     """Short probes sent at once: a quarter of the batch slots, 8 to 32. The step time is not linear in the
     batch (on 2x H200 the transformers engine's decode grew ~10 ms per sequence in a burst of 8 and ~1.4 ms
     per sequence at 100), so a larger engine is probed at a batch closer to the ones it will run."""
@@ -314,7 +314,7 @@ async def calibrate(url: str, limits: dict[str, EngineLimits], t: SweepTarget) -
             plan = ProbePlan(
                 long_tokens=int(min(longest, limit.context_length - 64)),
                 long_burst=3 if variant == largest else 0,
-                burst=burst_size(limit.max_running_requests),
+                burst=probe_burst(limit.max_running_requests),
             )
             out.append(await calibrate_variant(client, url, variant, plan, mean_output_tokens=mean_output))
     return out

@@ -13,6 +13,7 @@ from bench.routing import (
     app_args_from_file,
     fixed_replicas,
     policy_args,
+    probe_burst,
     render_report,
     send_specs,
     sweep_rates,
@@ -86,3 +87,10 @@ def test_mixed_requests_through_the_default_app_are_routed_by_length(llm_url, de
         assert r.output_tokens == 4
         if r.prompt_tokens > 1024:  # beyond tiny's context: only small holds it
             assert r.variant == "small"
+
+
+def test_the_calibration_burst_is_a_quarter_of_the_batch_slots_within_8_to_32():
+    assert probe_burst(16) == 8  # the default CPU config: as before
+    assert probe_burst(64) == 16
+    assert probe_burst(128) == 32  # the GPU configs
+    assert probe_burst(1024) == 32
