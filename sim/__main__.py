@@ -22,12 +22,13 @@ from pathlib import Path
 from typing import get_args
 
 from bench.records import read_jsonl
+from bench.routing import QUICK_FRACTIONS
 from serve_app.config import ReplicaChoice
 from sim.calibrate import calibrate, render
 from sim.profile import EngineProfile
 from sim.profiles import BUILTIN_PROFILES
 from sim.scenario import ALL_POLICIES, ALL_SCALING, SCENARIOS, run_matrix, table
-from sim.sweep import QUICK_FRACTIONS, render_sweep, sweep
+from sim.sweep import render_sweep, sweep
 
 COMMANDS = ("run", "calibrate", "sweep")
 

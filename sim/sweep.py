@@ -14,12 +14,11 @@ from collections.abc import Callable, Sequence
 
 from pydantic import BaseModel, Field
 
+from bench.routing import QUICK_FRACTIONS
 from bench.routing_results import Bar, SweepPoint, bar
 from router.config import Policy
 from sim.capacity import CapacityEstimate, estimate_capacity
 from sim.scenario import RunResult, Scenario, run_matrix
-
-QUICK_FRACTIONS = (0.5, 1.0)  # bench.routing.QUICK_FRACTIONS (tests/sim/test_sweep.py keeps them equal)
 
 ScenarioMaker = Callable[..., Scenario]  # sim.scenario.SCENARIOS' functions: (duration_s, rate_scale)
 

@@ -7,19 +7,14 @@ import json
 import pytest
 
 from bench.arrivals import PoissonArrivals
-from bench.routing import QUICK_FRACTIONS as BENCH_QUICK_FRACTIONS
 from bench.summary import summarize
 from bench.workload import FixedLength, WorkloadConfig
 from router.config import Policy
 from sim.__main__ import build_parser, main
 from sim.scenario import SCENARIOS, PoolSpec, RunResult, Scenario
-from sim.sweep import QUICK_FRACTIONS, SimSweep, SweepRun, bar_line, judge
+from sim.sweep import SimSweep, SweepRun, bar_line, judge
 from sim.workload import Stream
 from tests.sim.helpers import profile
-
-
-def test_the_default_fractions_are_the_bench_quick_sweeps():
-    assert QUICK_FRACTIONS == BENCH_QUICK_FRACTIONS
 
 
 def test_the_sweep_command_parses():
