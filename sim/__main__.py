@@ -80,6 +80,12 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument(
         "--duration-s", type=float, default=None, help="seconds of traffic per run; default: the scenario's"
     )
+    sw.add_argument(
+        "--seeds",
+        type=int,
+        default=1,
+        help="also run the sweep on N-1 reseeded draws of the traffic and report attainment and the bar over all N",
+    )
     sw.add_argument("--json", type=Path, default=None, help="write the capacity estimate, every run and the bar here")
     sw.add_argument("--workers", type=int, default=None, help="processes (default: one per CPU)")
 
@@ -136,6 +142,7 @@ def _sweep(args: argparse.Namespace) -> int:
             fractions=sorted(args.fractions),
             policies=args.policies,
             duration_s=args.duration_s,
+            seeds=args.seeds,
             workers=args.workers,
         )
     except ValueError as exc:  # e.g. a stream whose typical request no pool holds: no natural split

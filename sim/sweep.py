@@ -29,6 +29,7 @@ class SweepRun(BaseModel):
     fraction: float = Field(description="Offered rate as a fraction of the natural split's capacity.")
     rate_scale: float = Field(description="The scenario's rate_scale for that rate: fraction x capacity scale.")
     rate: float = Field(description="Offered requests per second: fraction x capacity.")
+    seed: int = Field(0, description="The traffic's reseeding (:func:`reseeded`); 0: the scenario as built.")
     run: RunResult
 
 
@@ -40,12 +41,31 @@ class SimSweep(BaseModel):
     capacity: CapacityEstimate
     fractions: list[float]
     runs: list[SweepRun]
-    bar: Bar | None = Field(description="The issue's bar at the top rate; None when the SLO policy did not run.")
+    bar: Bar | None = Field(
+        description="The issue's bar at the top rate, on the scenario's own traffic (seed 0); None when the SLO "
+        "policy did not run."
+    )
+    seed_bars: list[Bar] = Field(
+        default_factory=list, description="The bar on each seed's traffic, seed 0 first (with --seeds above 1)."
+    )
     wall_s: float = Field(description="Seconds the whole sweep took, estimate and runs.")
 
 
 def make_scenario(make: ScenarioMaker, duration_s: float | None, rate_scale: float) -> Scenario:
     return make(rate_scale=rate_scale) if duration_s is None else make(duration_s, rate_scale)
+
+
+def reseeded(scenario: Scenario, seed: int) -> Scenario:
+    """``scenario`` with other random draws of the same traffic: each stream's arrivals and lengths reseeded
+    (its seed + 100 x ``seed``) and the simulator's own seed (replica choice) set to ``seed``. Seed 0 is the
+    scenario as built."""
+    if seed == 0:
+        return scenario
+    streams = [
+        s.model_copy(update={"workload": s.workload.model_copy(update={"seed": s.workload.seed + 100 * seed})})
+        for s in scenario.streams
+    ]
+    return scenario.model_copy(update={"streams": streams, "seed": seed})
 
 
 def sweep(
@@ -54,26 +74,34 @@ def sweep(
     fractions: Sequence[float] = QUICK_FRACTIONS,
     policies: Sequence[Policy] | None = None,
     duration_s: float | None = None,
+    seeds: int = 1,
     workers: int | None = None,
 ) -> SimSweep:
-    """Estimates the capacity of ``make``'s scenario at rate scale 1, then runs every policy at each fraction."""
+    """Estimates the capacity of ``make``'s scenario at rate scale 1, then runs every policy at each fraction,
+    on ``seeds`` draws of the traffic (:func:`reseeded`)."""
+    if seeds < 1:
+        raise ValueError("seeds must be at least 1")
     started = time.perf_counter()
     base = make_scenario(make, duration_s, 1.0)
     estimate = estimate_capacity(base)
     runs: list[SweepRun] = []
-    for fraction in fractions:
-        scale = fraction * estimate.rate_scale
-        scenario = make_scenario(make, duration_s, scale)
-        update = {"policies": list(policies or base.policies), "scaling": ["static"]}
-        for run in run_matrix(scenario.model_copy(update=update), workers=workers):
-            runs.append(SweepRun(fraction=fraction, rate_scale=scale, rate=fraction * estimate.capacity, run=run))
+    for seed in range(seeds):
+        for fraction in fractions:
+            scale = fraction * estimate.rate_scale
+            scenario = reseeded(make_scenario(make, duration_s, scale), seed)
+            update = {"policies": list(policies or base.policies), "scaling": ["static"]}
+            for run in run_matrix(scenario.model_copy(update=update), workers=workers):
+                rate = fraction * estimate.capacity
+                runs.append(SweepRun(fraction=fraction, rate_scale=scale, rate=rate, seed=seed, run=run))
+    bars = [judge([r for r in runs if r.seed == seed]) for seed in range(seeds)]
     return SimSweep(
         scenario=base.name,
         duration_s=base.duration_s,
         capacity=estimate,
         fractions=list(fractions),
         runs=runs,
-        bar=judge(runs),
+        bar=bars[0],
+        seed_bars=[b for b in bars if b is not None] if seeds > 1 else [],
         wall_s=time.perf_counter() - started,
     )
 
@@ -126,6 +154,34 @@ def capacity_table(estimate: CapacityEstimate) -> str:
     return "\n".join(lines)
 
 
+def seeds_table(runs: Sequence[SweepRun]) -> str:
+    """SLO attainment per (policy, rate) over the seeds: mean (lowest-highest)."""
+    seeds = len({r.seed for r in runs})
+    lines = [f"| policy | rate (req/s) | SLO attainment over {seeds} seeds: mean (range) |", "|---|---:|---:|"]
+    cells: dict[tuple[str, float], list[float]] = {}
+    for r in runs:
+        cells.setdefault((r.run.policy, r.rate), []).append(r.run.summary.slo_attainment)
+    for (policy, rate), values in cells.items():
+        mean = sum(values) / len(values)
+        lines.append(f"| {policy} | {rate:.2f} | {mean:.1%} ({min(values):.1%}-{max(values):.1%}) |")
+    return "\n".join(lines)
+
+
+def seeds_verdict(bars: Sequence[Bar]) -> str:
+    """The bar over seeds: its margin per seed, the mean, and the worst pairing (the SLO policy's lowest
+    attainment against the best baseline's highest), which no single seed shows."""
+    if not bars:
+        return ""
+    margins = [b.margin or 0.0 for b in bars]
+    worst = min(b.attainment for b in bars) - max(b.best_baseline_attainment or 0.0 for b in bars)
+    met = sum(b.met for b in bars)
+    return (
+        f"Over {len(bars)} seeds: margin per seed "
+        + ", ".join(f"{m:+.1%}" for m in margins)
+        + f"; mean {sum(margins) / len(margins):+.1%}; worst pairing {worst:+.1%}; bar met on {met} of {len(bars)}"
+    )
+
+
 def runs_table(runs: Sequence[SweepRun]) -> str:
     """One row per (policy, rate), policies in the order run, rates ascending."""
     tiers = sorted({t for r in runs for t in r.run.summary.by_tier})
@@ -158,9 +214,10 @@ def render_sweep(result: SimSweep) -> str:
             "",
             f"## Every policy, static pools, {result.duration_s:g} s of traffic per run",
             "",
-            runs_table(result.runs),
+            runs_table([r for r in result.runs if r.seed == 0]),
             "",
             bar_line(result.bar),
+            *(["", seeds_table(result.runs), "", seeds_verdict(result.seed_bars)] if result.seed_bars else []),
         ]
     )
 
