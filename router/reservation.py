@@ -53,7 +53,7 @@ def record_exclusive(
 ) -> None:
     """Notes that ``request`` had only ``variant`` to go to. Requests without targets reserve nothing: they
     cannot miss."""
-    targets = (request.slo.ttft_ms, request.slo.tpot_ms)
+    targets = _targets(request)
     if targets == (None, None):
         return
     kinds = demand.setdefault(variant, {})
@@ -80,13 +80,22 @@ def reserve_room(
     """The room (as a fraction of its targets, 1 = all of it) that a typical exclusive request of ``view``
     of the tightest kind would find left if ``request`` took ``view`` now; 1 when the variant has no recent
     exclusive demand. ``count_own_kind=False`` leaves out the kind with ``request``'s own targets."""
-    own = (request.slo.ttft_ms, request.slo.tpot_ms)
-    live = [
-        (t, d) for t, d in (demand or {}).items() if now - d.last_decision <= window and (count_own_kind or t != own)
-    ]
+    own = _targets(request)
+    live = [(t, d) for t, d in _live(demand, now, window) if count_own_kind or t != own]
     if not live:
         return 1.0
     return _room(view, _taking(view, load, request), live, error_margin_scale)
+
+
+def _targets(request: RequestFeatures) -> Targets:
+    return (request.slo.ttft_ms, request.slo.tpot_ms)
+
+
+def _live(
+    demand: dict[Targets, ExclusiveDemand] | None, now: int, window: int
+) -> list[tuple[Targets, ExclusiveDemand]]:
+    """The kinds of exclusive demand seen within the last ``window`` decisions."""
+    return [(t, d) for t, d in (demand or {}).items() if now - d.last_decision <= window]
 
 
 def _taking(view: VariantView, load: Load, request: RequestFeatures) -> Load:
@@ -121,12 +130,8 @@ def crowded_out(
     capacity nothing changes. Cost is not weighed: a rule that yielded only for prompts longer than the
     kept kind's left the tiers fleet at R = 6 at 71.9% where this one gives 76.7% (docs/sim.md).
     """
-    own = (request.slo.ttft_ms, request.slo.tpot_ms)
-    kept_for = [
-        (targets, kind)
-        for targets, kind in (demand or {}).items()
-        if now - kind.last_decision <= window and _tighter(targets, own)
-    ]
+    own = _targets(request)
+    kept_for = [(t, d) for t, d in _live(demand, now, window) if _tighter(t, own)]
     return bool(kept_for) and _room(view, _taking(view, load, request), kept_for, error_margin_scale=0.0) < 0.0
 
 

@@ -435,6 +435,10 @@ class Ingress:
     async def _deltas(self, flight: _Flight, first: Delta) -> AsyncGenerator[Delta, None]:
         """``first``, then the variant's deltas up to the finishing one, within the request's time limit."""
         delta = first
+        ticket = flight.ticket
+        # The token count at which the router learns TPOT midway (once); 0 after it, so that the per-chunk cost
+        # is one comparison.
+        checkpoint = ticket.checkpoint if ticket is not None else 0
         async with asyncio.timeout(flight.remaining()):
             while True:
                 yield delta
@@ -444,8 +448,9 @@ class Ingress:
                 if following is None:
                     return
                 flight.recorder.chunk(following.completion_tokens)
-                if flight.ticket is not None:
-                    self._routing.progress(flight.ticket, following.completion_tokens)
+                if checkpoint and following.completion_tokens >= checkpoint and ticket is not None:
+                    self._routing.progress(ticket, following.completion_tokens)
+                    checkpoint = 0
                 delta = following
 
     def _fail(

@@ -159,9 +159,9 @@ class RoutingTable:
         self._book.first_token(ticket, time.monotonic())
 
     def progress(self, ticket: RouteTicket, completion_tokens: int) -> None:
-        """A chunk arrived; at the ticket's checkpoint its decode so far teaches TPOT (``InflightBook.progress``)."""
-        if completion_tokens >= ticket.checkpoint > 0 and ticket.checkpoint_at is None:  # cheap per chunk
-            self._book.progress(ticket, completion_tokens, time.monotonic())
+        """The request reached ``completion_tokens``; at its checkpoint its decode so far teaches TPOT
+        (``InflightBook.progress``; the ingress calls this once, at ``ticket.checkpoint``)."""
+        self._book.progress(ticket, completion_tokens, time.monotonic())
 
     def close(self, ticket: RouteTicket, completion_tokens: int, *, ok: bool) -> None:
         """Ends a ticket once: TPOT is learned from a success, a lower bound from a failure or timeout."""

@@ -235,11 +235,7 @@ def builtin_scenario(duration_s: float = 3600.0, rate_scale: float = 1.0) -> Sce
         output_len=NormalLength(mean=250, std=100, low=16, high=1000),
         tiers=[t.model_copy(update={"weight": 3.0 if t.name == "interactive" else 1.0}) for t in tiers[:2]],
     )
-    rag = WorkloadConfig(
-        input_len=NormalLength(mean=4000, std=1500, low=500, high=16000),
-        output_len=NormalLength(mean=300, std=100, low=32, high=1000),
-        tiers=only("standard"),
-    )
+    rag = _rag(NormalLength(mean=4000, std=1500, low=500, high=16000), only("standard"))
     batch = WorkloadConfig(
         input_len=NormalLength(mean=2000, std=1000, low=100, high=8000),
         output_len=NormalLength(mean=800, std=300, low=64, high=2000),
@@ -298,6 +294,11 @@ def _chat(tier: SloTier) -> WorkloadConfig:
     )
 
 
+def _rag(prompt: NormalLength, tiers: list[SloTier]) -> WorkloadConfig:
+    """Retrieval-augmented answers: ``prompt``-long contexts (each scenario's own), ~300-token answers."""
+    return WorkloadConfig(input_len=prompt, output_len=NormalLength(mean=300, std=100, low=32, high=1000), tiers=tiers)
+
+
 def _batch_jobs(tier: SloTier) -> WorkloadConfig:
     """Offline jobs: ~2000-token prompts, ~600-token answers."""
     return WorkloadConfig(
@@ -319,11 +320,7 @@ def heterogeneous_scenario(duration_s: float = 600.0, rate_scale: float = 1.0) -
     router = RouterConfig()
     tiers = _scored_tiers(router)
     chat = _chat(tiers["interactive"])
-    rag = WorkloadConfig(
-        input_len=NormalLength(mean=10000, std=4000, low=2000, high=28000),
-        output_len=NormalLength(mean=300, std=100, low=32, high=1000),
-        tiers=[tiers["standard"]],
-    )
+    rag = _rag(NormalLength(mean=10000, std=4000, low=2000, high=28000), [tiers["standard"]])
     batch = _batch_jobs(tiers["batch"])
     short_8b = BUILTIN_PROFILES["llama-8b-int4-h200"].model_copy(update={"context_length": 8192})
     pools = [
@@ -371,11 +368,7 @@ def tiers_scenario(duration_s: float = 300.0, rate_scale: float = 1.0) -> Scenar
     router = RouterConfig()
     tiers = _scored_tiers(router)
     chat_interactive, chat_standard = _chat(tiers["interactive"]), _chat(tiers["standard"])
-    rag = WorkloadConfig(
-        input_len=NormalLength(mean=4000, std=1500, low=1500, high=12000),
-        output_len=NormalLength(mean=300, std=100, low=32, high=1000),
-        tiers=[tiers["standard"]],
-    )
+    rag = _rag(NormalLength(mean=4000, std=1500, low=1500, high=12000), [tiers["standard"]])
     batch = _batch_jobs(tiers["batch"])
     pools = _fast_and_slow_pools(BUILTIN_PROFILES["llama-8b-int4-h200"])
     return Scenario(
@@ -416,11 +409,7 @@ def two_variant_scenario(duration_s: float = 300.0, rate_scale: float = 1.0) -> 
     short = _chat(tiers["interactive"]).model_copy(
         update={"input_len": NormalLength(mean=600, std=300, low=32, high=router.length_threshold_tokens)}
     )
-    long = WorkloadConfig(
-        input_len=NormalLength(mean=4000, std=2000, low=1500, high=16000),
-        output_len=NormalLength(mean=300, std=100, low=32, high=1000),
-        tiers=[tiers["standard"]],
-    )
+    long = _rag(NormalLength(mean=4000, std=2000, low=1500, high=16000), [tiers["standard"]])
     pools = _fast_and_slow_pools(BUILTIN_PROFILES["llama-8b-int4-h200"].model_copy(update={"context_length": 8192}))
     rate = TWO_VARIANT_BASE_RATE * rate_scale
     return Scenario(
