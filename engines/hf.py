@@ -189,13 +189,16 @@ class HFEngine(Engine):
         waiting = list(scheduler.waiting_requests.values())
         total_blocks = int(getattr(cache, "num_blocks", 0))
         used_blocks = round((1.0 - cache.compute_free_capacity(relative=True)) * total_blocks)
+        now = time.monotonic()
         return EngineStats(
             queued_requests=len(waiting) + manager.input_queue.qsize(),
             running_requests=len(scheduler.active_requests),
             queued_prompt_tokens=sum(len(s.initial_tokens) for s in waiting),
             kv_blocks_used=used_blocks,
             kv_blocks_total=total_blocks,
-            tokens_per_s=self._rate.rate(time.monotonic()),
+            tokens_per_s=self._rate.rate(now),
+            recent_tpot_ms=self._rate.tpot_ms(now),
+            recent_decode_batch=self._rate.decode_batch(now),
             healthy=manager.is_running() and manager.background_thread_status.fatal_error is None,
             context_length=self._context_length,
             max_running_requests=self.config.max_running_requests,
@@ -275,6 +278,7 @@ class HFEngine(Engine):
                 raise OverloadedError("The engine is not accepting requests right now.", retry_after_s=2.0)
             seen = 0
             first_token_time: float | None = None
+            last_token_at: float | None = None  # monotonic, for the engine's decode pace
             while True:
                 out = await outputs.get()
                 if out.error is not None or int(out.status) == 4:  # RequestStatus.FAILED
@@ -285,7 +289,7 @@ class HFEngine(Engine):
                 seen += len(new_ids)
                 if first_token_time is None and new_ids:
                     first_token_time = time.time()
-                self._rate.add(len(new_ids), time.monotonic())
+                last_token_at = self._rate.delivered(len(new_ids), last_token_at)
                 finish: str | None = None
                 text_ids = new_ids
                 if new_ids and new_ids[-1] in stop_ids:

@@ -332,6 +332,7 @@ class OpenAIServerEngine(Engine):
         n_prompt = len(request.prompt_token_ids)
         completion_tokens = 0
         first_token_time: float | None = None
+        last_token_at: float | None = None  # monotonic, for the engine's decode pace
         async for event in EventSource(response).aiter_sse():
             if event.data.strip() == "[DONE]":
                 break
@@ -348,7 +349,7 @@ class OpenAIServerEngine(Engine):
             completion_tokens = usage.get("completion_tokens") or completion_tokens
             if (piece or ids) and first_token_time is None:
                 first_token_time = time.time()
-            self._rate.add(len(ids) or (1 if piece else 0), time.monotonic())
+            last_token_at = self._rate.delivered(len(ids) or (1 if piece else 0), last_token_at)
             text, stopped = stops.feed(piece)
             reason = choice.get("finish_reason")
             finish = FINISH_STOP if stopped else None
@@ -393,12 +394,15 @@ class OpenAIServerEngine(Engine):
     def stats(self) -> EngineStats:
         load = self._load or ServerLoad()
         running = load.running if load.running is not None else self._open
+        now = time.monotonic()
         return EngineStats(
             queued_requests=load.queued or 0,
             running_requests=running,
             kv_blocks_used=load.kv_used,
             kv_blocks_total=load.kv_total,
-            tokens_per_s=self._rate.rate(time.monotonic()),
+            tokens_per_s=self._rate.rate(now),
+            recent_tpot_ms=self._rate.tpot_ms(now),
+            recent_decode_batch=self._rate.decode_batch(now),
             healthy=self._closed is None and self._exit_reason() is None,
             context_length=self._context_length,
         )

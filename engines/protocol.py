@@ -82,6 +82,10 @@ class EngineStats:
     kv_blocks_used: int = 0
     kv_blocks_total: int = 0
     tokens_per_s: float = 0.0  # generated tokens per second over the last few seconds
+    # Mean ms between a running sequence's successive tokens over the last few seconds: the decode step as the
+    # sequences lived it, prefill sharing it included (0.0: nothing decoded lately). The router's TPOT floor.
+    recent_tpot_ms: float = 0.0
+    recent_decode_batch: float = 0.0  # sequences decoding at once over the same window, on average
     healthy: bool = True
     context_length: int = 0
     max_running_requests: int = 0

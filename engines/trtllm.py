@@ -260,6 +260,7 @@ class TRTLLMEngine(Engine):
         seen_text = 0  # characters of outputs[0].text fed to the stop matcher
         sent_ids = 0
         first_token_time: float | None = None
+        last_token_at: float | None = None  # monotonic, for the engine's decode pace
         steps = aiter(output)
         while True:
             try:
@@ -272,7 +273,7 @@ class TRTLLMEngine(Engine):
             sent_ids = max(sent_ids, len(ids))
             if new_ids and first_token_time is None:
                 first_token_time = time.time()
-            self._rate.add(len(new_ids), time.monotonic())
+            last_token_at = self._rate.delivered(len(new_ids), last_token_at)
             finish = _finish_reason(out.finished, completion.finish_reason)
             if finish == FINISH_ABORT and self._dead is not None:
                 raise EngineDeadError(self._dead)  # aborted by shutdown(), not by its consumer
@@ -336,12 +337,15 @@ class TRTLLMEngine(Engine):
     def stats(self) -> EngineStats:
         queued, running, kv_used, kv_total = iteration_load(self._iteration_stats, len(self._open))
         max_running = self._config.max_batch_size or int((self._iteration_stats or {}).get("maxNumActiveRequests", 0))
+        now = time.monotonic()
         return EngineStats(
             queued_requests=queued,
             running_requests=running,
             kv_blocks_used=kv_used,
             kv_blocks_total=kv_total,
-            tokens_per_s=self._rate.rate(time.monotonic()),
+            tokens_per_s=self._rate.rate(now),
+            recent_tpot_ms=self._rate.tpot_ms(now),
+            recent_decode_batch=self._rate.decode_batch(now),
             healthy=self._dead is None and self._llm is not None,
             context_length=self._context_length,
             max_running_requests=max_running,

@@ -20,6 +20,11 @@ busy replica's TTFT was predicted 1.3-2x too short on an H200 with the transform
 by 7-10 ms per sequence (``python -m bench routing``, its predictions table, 2026-11-30); at batch 1 it is
 part of ``base``.
 
+Under load the TPOT prediction has a floor: the pace the replica's sequences measured lately (engine stats'
+``recent_tpot_ms``, at ``recent_decode_batch``), carried over to the new batch
+(:meth:`LatencyModel.predict_load_tpot_ms`), so that an engine slower than the model believes is seen as
+slow at once, not after its requests have finished and taught it.
+
 The slot term is a continuous batching engine's queue: a request that finds every slot taken waits for
 running ones to finish, and they finish at ``running / (mean_output_tokens * TPOT)`` per millisecond.
 
@@ -66,6 +71,9 @@ class Load:
     startup_ms: float = 0.0  # the variant has no ready replica yet: time until one serves
     prefill_tokens_per_s: float = 0.0  # prompt tokens arriving per second: prefill interleaved with decode
     decode_tokens_left: float | None = None  # tokens a running sequence has left to decode, on average
+    # What the replica's sequences measured lately (engine reports): ms between tokens, in a batch of this many.
+    measured_tpot_ms: float = 0.0  # 0.0: no measurement
+    measured_batch: float = 0.0
 
     @property
     def batch_when_running(self) -> float:
@@ -288,11 +296,32 @@ class LatencyModel:
         share = min(_MAX_PREFILL_SHARE, ms_per_prefill_token * max(prefill_tokens_per_s, 0.0) / 1000.0)
         return decode_ms / (1.0 - share)
 
+    def predict_load_tpot_ms(self, load: Load, batch_size: float | None = None) -> float:
+        """TPOT in a batch of ``batch_size`` (None: the batch a new request joins) under ``load``: the model's
+        prediction, lifted where the replica's sequences measured a slower pace lately.
+
+        The measured pace (carried over to this batch by the model's own batch slope) holds what the model
+        has no term for or has not learned yet: on 2x H200 with the transformers engine the 8B's TPOT ran a
+        median 2.7x above the model under the long prompts' prefill, for longer than a quick bench point
+        (python -m bench routing, 2026-11-30). It floors the prediction *inflated by the error margin*, the
+        figure the SLO is judged on: the mean is lifted to ``measured / (1 + margin)``. Flooring the mean
+        itself double-counted the measurement's own noise (on top of the margin) and cost 1.4-1.7 points of
+        attainment in the simulator's ``tiers`` fleet; this way it gained 0.1-1.4 (python -m sim, tiers at
+        R = 5 / 5.5 / 6, 2026-11-30).
+        """
+        batch = load.batch_when_running if batch_size is None else batch_size
+        modelled = self.predict_tpot_ms(batch, load.prefill_tokens_per_s)
+        if load.measured_tpot_ms <= 0.0:
+            return modelled
+        at_measured_batch = self.predict_tpot_ms(max(load.measured_batch, 1.0), load.prefill_tokens_per_s)
+        measured = load.measured_tpot_ms * modelled / at_measured_batch
+        return max(modelled, measured / (1.0 + self.tpot_margin))
+
     def predict_ttft_ms(self, prompt_tokens: int, load: Load) -> float:
         """Milliseconds from dispatch to the first token of a ``prompt_tokens`` prompt under ``load``."""
         base, ms_per_token, mean_output_tokens, steps = self._ttft.weights
         running = max(load.running, 1.0)
-        tpot = self.predict_tpot_ms(running, load.prefill_tokens_per_s)
+        tpot = self.predict_load_tpot_ms(load, running)
         # A slot frees when a running sequence finishes: its remaining decode work, where the ingress knows
         # it (its own requests' max_tokens less their progress), else the learned mean answer length.
         tokens_left = mean_output_tokens if load.decode_tokens_left is None else max(load.decode_tokens_left, 1.0)

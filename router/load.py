@@ -17,10 +17,13 @@ counting anything twice:
 
 Running sequences' remaining decode work (``decode_tokens_left``, from the own requests' max_tokens and
 progress) sets how soon a batch slot frees; the recent prompt-token rate (``prefill_tokens_per_s``) sets
-how much prefill the new request's decode steps will share.
+how much prefill the new request's decode steps will share; and the pace the engines' sequences decoded at
+lately (``recent_tpot_ms``, at ``recent_decode_batch``) is the floor under the TPOT the model predicts.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 from router.config import RouterConfig
 from router.latency import Load
@@ -62,7 +65,22 @@ def replica_load(view: VariantView, config: RouterConfig) -> Load:
         startup_ms=0.0 if ready else config.replica_startup_ms,
         prefill_tokens_per_s=view.prefill_tokens_per_s / replicas,
         decode_tokens_left=view.decode_tokens_left,
+        measured_tpot_ms=view.recent_tpot_ms if ready else 0.0,
+        measured_batch=view.recent_decode_batch / replicas if ready else 0.0,
     )
+
+
+def decode_pace(replicas: Iterable[tuple[float, float]]) -> tuple[float, float]:
+    """A variant's pace from its replicas' ``(recent_tpot_ms, recent_decode_batch)``: the mean time between
+    tokens over all their decoding sequences (each replica weighted by its batch; 0.0 when none decoded)
+    and the total batch."""
+    batch = 0.0
+    weighted = 0.0
+    for tpot_ms, decode_batch in replicas:
+        if tpot_ms > 0.0 and decode_batch > 0.0:
+            batch += decode_batch
+            weighted += tpot_ms * decode_batch
+    return (weighted / batch if batch > 0.0 else 0.0), batch
 
 
 def queued_prompt_tokens(view: VariantView, unseen_tokens: float, replicas: int) -> float:

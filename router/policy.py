@@ -96,7 +96,7 @@ def predict(request: RequestFeatures, view: VariantView, load: Load, config: Rou
     model = view.latency
     ttft = model.predict_ttft_ms(request.prompt_tokens, load)
     batch = load.batch_when_running
-    tpot = model.predict_tpot_ms(batch, load.prefill_tokens_per_s)
+    tpot = model.predict_load_tpot_ms(load, batch)
     ttft_upper = ttft * (1.0 + config.error_margin_scale * model.ttft_margin)
     tpot_upper = tpot * (1.0 + config.error_margin_scale * model.tpot_margin)
     # Targets shrink by the headroom, so a prediction that is a little optimistic still lands inside.

@@ -160,7 +160,7 @@ def _room(
             room = min(room, 1.0 - ttft * (1.0 + error_margin_scale * model.ttft_margin) / ttft_target)
         if tpot_target is not None:
             if tpot_upper is None:  # the same for every kind: it depends on the batch, not the prompt
-                tpot = model.predict_tpot_ms(load.batch_when_running, load.prefill_tokens_per_s)
+                tpot = model.predict_load_tpot_ms(load)
                 tpot_upper = tpot * (1.0 + error_margin_scale * model.tpot_margin)
             room = min(room, 1.0 - tpot_upper / tpot_target)
     return room

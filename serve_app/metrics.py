@@ -38,6 +38,7 @@ METRIC_NAMES = (
     "vs_engine_running_requests",
     "vs_engine_kv_used_fraction",
     "vs_engine_tokens_per_s",
+    "vs_engine_recent_tpot_ms",
 )
 
 
@@ -87,6 +88,11 @@ class EngineMetrics:
         self.running = metrics.Gauge("vs_engine_running_requests", "Sequences decoding.", tag_keys=("variant",))
         self.kv_used = metrics.Gauge("vs_engine_kv_used_fraction", "KV cache in use, 0..1.", tag_keys=("variant",))
         self.tokens_per_s = metrics.Gauge("vs_engine_tokens_per_s", "Recent output tokens/s.", tag_keys=("variant",))
+        self.recent_tpot = metrics.Gauge(
+            "vs_engine_recent_tpot_ms",
+            "Recent mean ms between a running sequence's tokens (the router's TPOT floor; 0: idle).",
+            tag_keys=("variant",),
+        )
 
     def set(self, stats: dict) -> None:
         self.queued.set(stats["queued_requests"], self._tags)
@@ -94,6 +100,7 @@ class EngineMetrics:
         total = stats["kv_blocks_total"]
         self.kv_used.set(stats["kv_blocks_used"] / total if total else 0.0, self._tags)
         self.tokens_per_s.set(stats["tokens_per_s"], self._tags)
+        self.recent_tpot.set(stats["recent_tpot_ms"], self._tags)
 
 
 class OffLoopObserver:

@@ -18,6 +18,7 @@ from typing import Any
 
 from router import Decision, LatencyModel, Prediction, RequestFeatures, RouterState, VariantView, route
 from router.inflight import InflightBook, RouteTicket
+from router.load import decode_pace
 from serve_app.config import AppConfig
 
 logger = logging.getLogger("ray.serve")
@@ -98,6 +99,7 @@ class RoutingTable:
                     )
                 )
                 continue
+            pace_ms, pace_batch = decode_pace((r["recent_tpot_ms"], r["recent_decode_batch"]) for r in replicas)
             view = VariantView(
                 name=name,
                 context_length=min(r["context_length"] for r in replicas),
@@ -113,6 +115,8 @@ class RoutingTable:
                     (_kv_fraction(r) for r in replicas),
                     default=0.0,
                 ),
+                recent_tpot_ms=pace_ms,
+                recent_decode_batch=pace_batch,
             )
             views.append(self._book.annotate(view, now, self._report_at.get(name)))
         return views

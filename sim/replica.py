@@ -20,6 +20,7 @@ import math
 from collections import deque
 from enum import Enum
 
+from engines.rate import TokenRate
 from sim.profile import EngineProfile
 from sim.request import SimRequest
 
@@ -76,6 +77,7 @@ class SimReplica:
         self.kv_used = 0
         self.queued_prompt_tokens = 0  # prompt tokens not yet prefilled (waiting + prefilling)
         self.recent = RecentLatency()
+        self.pace = TokenRate()  # the engine's decode pace, as the real backends report it (recent_tpot_ms)
         self.started: list[SimRequest] = []  # first tokens since the simulation last took this list
         self.version = 0  # bumps on every (re)scheduled iteration end; older events are stale
         self._seg_start = 0.0
@@ -133,6 +135,9 @@ class SimReplica:
         """Applies the iteration(s) that end at ``now``: the finished requests, and the next end (or None)."""
         self.steps += self._seg_k
         steps = self.steps
+        if self.decoding:  # each decoding sequence made one token per iteration of the segment
+            tokens = len(self.decoding) * self._seg_k
+            self.pace.add(tokens, now, tokens * self._seg_dt)
         finished: list[SimRequest] = []
         for request, tokens in self._seg_chunk:
             request.remaining_prefill -= tokens

@@ -23,6 +23,7 @@ from bench.records import RequestRecord, slo_met, time_per_output_token
 from bench.replicas import ReplicaSample
 from router import LatencyModel, LatencyProfile, RouterConfig, RouterState, VariantView, route
 from router.inflight import InflightBook
+from router.load import decode_pace
 from serve_app.config import AutoscalingSpec, ReplicaChoice
 from serve_app.routing import REFRESH_PERIOD_S
 from sim.autoscaler import Policy, SimAutoscaler
@@ -210,13 +211,14 @@ class Simulation:
         """The router's views: a periodic stats snapshot with the ingress's live in-flight counts."""
         if now - self._snapshot_s >= self.snapshot_period_s:
             self._snapshot_s = now
-            self._snapshot = {name: self._snapshot_view(name) for name in self.variants}
+            self._snapshot = {name: self._snapshot_view(name, now) for name in self.variants}
         return [self.book.annotate(view, now, self._snapshot_s) for view in self._snapshot.values()]
 
-    def _snapshot_view(self, name: str) -> VariantView:
+    def _snapshot_view(self, name: str, now: float) -> VariantView:
         variant = self.variants[name]
         deployment = self.deployments[name]
         ready = deployment.ready
+        pace_ms, pace_batch = decode_pace((r.pace.tpot_ms(now), r.pace.decode_batch(now)) for r in ready)
         return VariantView(
             name=name,
             context_length=variant.profile.context_length,
@@ -230,6 +232,8 @@ class Simulation:
             running_requests=sum(r.running for r in ready),
             queued_prompt_tokens=sum(r.queued_prompt_tokens for r in ready),
             kv_used_fraction=max((r.kv_used_fraction for r in ready), default=0.0),
+            recent_tpot_ms=pace_ms,
+            recent_decode_batch=pace_batch,
         )
 
     # ------------------------------------------------------------------ replicas

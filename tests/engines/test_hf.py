@@ -146,6 +146,15 @@ async def test_unknown_builtin_name_is_refused():
         await eng.start()
 
 
+async def test_stats_report_the_pace_the_running_sequences_decoded_at(engine):
+    await _collect(engine, _request(engine.tokenizer.encode("The river"), max_tokens=16, ignore_eos=True))
+    stats = engine.stats()
+    assert stats.recent_tpot_ms > 0.0  # 15 tokens after the first, each timed from the one before
+    assert stats.recent_decode_batch > 0.0
+    assert stats.tokens_per_s > 0.0
+    await _wait_idle(engine)
+
+
 async def test_stats_report_kv_blocks_and_limits(engine):
     stats = engine.stats()
     assert stats.kv_blocks_total > 0

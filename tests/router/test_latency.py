@@ -223,6 +223,34 @@ def test_tpot_grows_with_the_prefill_its_steps_share():
     assert 40.0 * 10 < model.predict_tpot_ms(1, prefill_tokens_per_s=5000.0) < 1e6
 
 
+def test_the_pace_the_engine_measured_is_a_floor_under_the_tpot_prediction():
+    model = LatencyModel(PROFILE)  # 40 ms at batch 1, +2 per extra sequence
+    # At a batch of 4 the model says 46 ms; the replica's sequences have been decoding at 138 ms in that batch.
+    slow = load(running=4.0, measured_tpot_ms=138.0, measured_batch=4.0)
+    assert model.predict_tpot_ms(5.0) == pytest.approx(48.0)
+    assert model.predict_load_tpot_ms(slow) == pytest.approx(138.0 * 48.0 / 46.0)  # the new request joins: 5
+    assert model.predict_load_tpot_ms(slow, 4.0) == pytest.approx(138.0)
+    # The floor is on the prediction inflated by the error margin: the mean is lifted to measured / (1 + margin).
+    model._tpot_error.value = 0.5
+    assert model.predict_load_tpot_ms(slow, 4.0) == pytest.approx(92.0)
+    # Measured faster than the model: the model stands (it learns from outcomes, the floor only lifts).
+    assert model.predict_load_tpot_ms(load(running=4.0, measured_tpot_ms=20.0, measured_batch=4.0)) == pytest.approx(
+        48.0
+    )
+    assert model.predict_load_tpot_ms(load(running=4.0)) == pytest.approx(48.0)  # no measurement
+
+
+def test_a_slow_measured_pace_lengthens_the_wait_for_a_slot():
+    model = LatencyModel(PROFILE)
+    full = load(running=16, queued=1, waiting_for_slot=1, decode_tokens_left=10.0)
+    slow = load(
+        running=16, queued=1, waiting_for_slot=1, decode_tokens_left=10.0, measured_tpot_ms=210.0, measured_batch=16
+    )
+    # The slot frees when a running sequence's last 10 tokens are out: 10 x 210 / 16 ms instead of 10 x 70 / 16.
+    # (The model's batch slope carries the pace measured at a batch of 16 over to the running 16: unchanged.)
+    assert model.predict_ttft_ms(100, slow) - model.predict_ttft_ms(100, full) == pytest.approx(10 * 140.0 / 16)
+
+
 def test_the_error_margin_tracks_how_far_outcomes_exceed_decision_time_predictions():
     model = LatencyModel(PROFILE)
     assert model.ttft_margin == 0.0 and model.tpot_margin == 0.0

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from router import RouterConfig
-from router.load import queue_bound, replica_load, serving_replicas
+from router.load import decode_pace, queue_bound, replica_load, serving_replicas
 from tests.router.views import big
 
 CONFIG = RouterConfig()
@@ -95,3 +95,18 @@ def test_the_prompt_rate_and_decode_work_left_are_per_replica():
     load = replica_load(view, CONFIG)
     assert load.prefill_tokens_per_s == pytest.approx(2000.0)
     assert load.decode_tokens_left == 30.0
+
+
+def test_the_variants_pace_weights_each_replica_by_the_sequences_it_decoded():
+    # One replica decoded 6 sequences at 100 ms, another 2 at 200 ms; a third decoded nothing lately.
+    assert decode_pace([(100.0, 6.0), (200.0, 2.0), (0.0, 0.0)]) == pytest.approx((125.0, 8.0))
+    assert decode_pace([]) == (0.0, 0.0)
+
+
+def test_the_measured_pace_reaches_the_load_per_replica():
+    view = big(ready_replicas=2, running_requests=8, recent_tpot_ms=125.0, recent_decode_batch=8.0)
+    load = replica_load(view, CONFIG)
+    assert (load.measured_tpot_ms, load.measured_batch) == (125.0, 4.0)
+    # A variant without ready replicas has measured nothing current.
+    starting = replica_load(big(ready_replicas=0, starting_replicas=1, recent_tpot_ms=125.0), CONFIG)
+    assert starting.measured_tpot_ms == 0.0

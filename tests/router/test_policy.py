@@ -45,6 +45,16 @@ def test_queued_big_model_sends_the_interactive_request_to_the_small_one():
     assert decision.predictions["small"].meets_slo
 
 
+def test_a_big_model_whose_sequences_decode_slower_than_its_model_says_loses_the_tight_request():
+    # big's model predicts 43 ms/token at a batch of 4 (under the 50 ms target); its engine has measured 90.
+    slowed = big(running_requests=3, recent_tpot_ms=90.0, recent_decode_batch=3.0)
+    decision = decide(request(), [small(), slowed])
+
+    assert decision.variant == "small"
+    assert decision.predictions["big"].tpot_ms == pytest.approx(90.0 * 43.0 / 42.0)
+    assert decide(request(), [small(), big(running_requests=3)]).variant == "big"  # the model alone: big
+
+
 def test_requests_the_ingress_has_in_flight_count_before_the_engines_report_them():
     # The engines still report big idle, but this ingress has just sent it 40 requests.
     decision = decide(request(), [small(), big(inflight=40, inflight_prompt_tokens=40 * 500)])

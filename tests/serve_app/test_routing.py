@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pytest
 import yaml
 
+from engines.protocol import EngineStats
 from router import SLO, Reason, RequestFeatures
 from serve_app.config import load_app_config
 from serve_app.routing import RoutingTable
@@ -14,19 +16,9 @@ from tests.conftest import REPO
 
 
 def _replica(name: str, **overrides) -> dict:
-    stats = {
-        "replica": name,
-        "queued_requests": 0,
-        "running_requests": 0,
-        "queued_prompt_tokens": 0,
-        "kv_blocks_used": 10,
-        "kv_blocks_total": 100,
-        "tokens_per_s": 0.0,
-        "healthy": True,
-        "context_length": 1024,
-        "max_running_requests": 16,
-    }
-    return {**stats, **overrides}
+    """A board entry as an engine replica posts it (its EngineStats as a dict)."""
+    stats = EngineStats(kv_blocks_used=10, kv_blocks_total=100, context_length=1024, max_running_requests=16)
+    return {"replica": name, **dataclasses.asdict(stats), **overrides}
 
 
 @pytest.fixture
@@ -55,6 +47,17 @@ def test_views_sum_replica_loads_and_take_the_smallest_limits(table):
     assert view.context_length == 512
     assert view.kv_used_fraction == pytest.approx(0.5)
     assert table.context_lengths() == {"tiny": 512}
+
+
+def test_views_carry_the_engines_decode_pace(table):
+    table._snapshot = {
+        "tiny": [
+            _replica("a", running_requests=6, recent_tpot_ms=100.0, recent_decode_batch=6.0),
+            _replica("b", running_requests=2, recent_tpot_ms=200.0, recent_decode_batch=2.0),
+        ]
+    }
+    view = next(v for v in table.views() if v.name == "tiny")
+    assert (view.recent_tpot_ms, view.recent_decode_batch) == pytest.approx((125.0, 8.0))
 
 
 def test_inflight_counts_open_and_close_once(table):

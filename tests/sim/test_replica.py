@@ -80,6 +80,11 @@ def test_decode_slows_with_the_batch():
 
     assert tpot(r1) == pytest.approx(0.010)
     assert tpot(batch[0]) == pytest.approx(0.013)  # 10 ms + 3 extra sequences x 1 ms
+    # The pace the replica reports, as a real engine's recent_tpot_ms: the step its sequences decoded in (the
+    # first one decoded one token beside the others' prefill, in a step of 13 - 1 + 0.3 ms).
+    now = batch[-1].end_s
+    assert shared.pace.tpot_ms(now) == pytest.approx(13.0, rel=0.01)
+    assert shared.pace.decode_batch(now) == pytest.approx(4 * 10 * 0.013 / 5.0, rel=0.01)  # 40 tokens in 5 s
 
 
 def test_an_arrival_cuts_a_decode_jump_at_the_next_iteration_boundary():
