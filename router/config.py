@@ -136,6 +136,12 @@ class RouterConfig(_Strict):
         description="Fraction of each target kept as margin for prediction error: a variant meets an SLO "
         "only when its predictions are within (1 - slo_headroom) x the targets.",
     )
+    pace_floor: bool = Field(
+        True,
+        description="Floor each variant's TPOT prediction (with its error margin) at the pace its engines "
+        "measured lately (EngineStats.recent_tpot_ms): an engine slower than the model believes is seen at "
+        "once. false: the model alone.",
+    )
     error_margin_scale: float = Field(
         1.5,
         ge=0,

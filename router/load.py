@@ -65,8 +65,8 @@ def replica_load(view: VariantView, config: RouterConfig) -> Load:
         startup_ms=0.0 if ready else config.replica_startup_ms,
         prefill_tokens_per_s=view.prefill_tokens_per_s / replicas,
         decode_tokens_left=view.decode_tokens_left,
-        measured_tpot_ms=view.recent_tpot_ms if ready else 0.0,
-        measured_batch=view.recent_decode_batch / replicas if ready else 0.0,
+        measured_tpot_ms=view.recent_tpot_ms if ready and config.pace_floor else 0.0,
+        measured_batch=view.recent_decode_batch / replicas if ready and config.pace_floor else 0.0,
     )
 
 

@@ -107,6 +107,7 @@ def test_the_measured_pace_reaches_the_load_per_replica():
     view = big(ready_replicas=2, running_requests=8, recent_tpot_ms=125.0, recent_decode_batch=8.0)
     load = replica_load(view, CONFIG)
     assert (load.measured_tpot_ms, load.measured_batch) == (125.0, 4.0)
+    assert replica_load(view, RouterConfig(pace_floor=False)).measured_tpot_ms == 0.0  # the model alone
     # A variant without ready replicas has measured nothing current.
     starting = replica_load(big(ready_replicas=0, starting_replicas=1, recent_tpot_ms=125.0), CONFIG)
     assert starting.measured_tpot_ms == 0.0
