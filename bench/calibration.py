@@ -5,7 +5,8 @@ the figures include what a client sees (proxy, ingress, engine). Per variant, th
 
 * a few short prompts one at a time: the base TTFT and the TPOT of a batch of one;
 * a few long prompts one at a time: the prefill cost per prompt token (from the TTFT difference);
-* a burst of concurrent short prompts: how TPOT grows with the batch, and the short-request throughput.
+* a burst of concurrent short prompts: how TPOT grows with the batch, and the short-request throughput;
+* a few long prompts left decoding while a second such burst runs: what their context costs every step.
 
 The fit (:func:`fit_profile`) is pure: it turns the probes' records into a
 :class:`~router.config.LatencyProfile`, the figures that seed the router's latency model, and a capacity
@@ -39,6 +40,16 @@ class ProbePlan(BaseModel):
     sequential: int = Field(2, ge=1, description="Short probes sent one at a time (and as many long ones).")
     burst: int = Field(8, ge=2, description="Short probes sent at once.")
     long_burst: int = Field(3, ge=0, description="Long probes sent at once, for their throughput (0: none).")
+    context_probes: int = Field(
+        0,
+        ge=0,
+        description="Long probes left decoding while a second short burst runs, for what their context costs "
+        "the short ones' decode steps (the latency model's tpot_ms_per_context_token; 0: not probed).",
+    )
+    context_output_tokens: int = Field(
+        128, ge=2, description="max_tokens of those long probes: enough to keep them decoding through the burst."
+    )
+    replicas: int = Field(1, ge=1, description="Ready replicas of the variant, over which the probes spread.")
 
 
 class VariantCalibration(BaseModel):
@@ -56,6 +67,9 @@ class VariantCalibration(BaseModel):
     ttft_long_ms: float
     tpot_batch_1_ms: float
     tpot_burst_ms: float
+    tpot_context_ms: float | None = Field(
+        None, description="TPOT of the second burst, beside the long probes decoding (None: not probed)."
+    )
 
 
 def _present(values: Sequence[float | None]) -> list[float]:
@@ -75,12 +89,19 @@ def fit_profile(
     burst_wall_s: float,
     long_burst_wall_s: float,
     mean_output_tokens: float,
+    context: Sequence[RequestRecord] = (),
+    context_tokens: float = 0.0,
+    context_sequences: float = 0.0,
 ) -> VariantCalibration:
     """Fits the figures of one variant from its probes (failed probes are left out; none left raises).
 
     TTFT = base + prompt tokens x ms per token: two prompt lengths give both. TPOT grows linearly with the
     batch: one at a time and the burst give both ends. ``mean_output_tokens`` is the workload's, not a
     measurement: it is how long a request that waits for a batch slot waits per running request.
+
+    ``context`` is the second burst, run beside ``context_sequences`` long probes per replica holding
+    ``context_tokens`` tokens of KV per replica: what it took longer per token than the first burst, beyond
+    its larger batch, is the cost of that context (0 when it took no longer, or every probe failed).
     """
     for name, probes in (("short", short), ("long", long), ("burst", burst)):
         if not any(r.ok for r in probes):
@@ -100,6 +121,12 @@ def fit_profile(
     tpot_1 = 1e3 * min(_present([r.tpot_s for r in short_ok]))
     tpot_burst = statistics.median(_present([_steady_tpot_ms(r) for r in burst_ok]))
     per_extra = max(tpot_burst - tpot_1, 0.0) / (len(burst) - 1)
+    beside_long = [t for t in (_steady_tpot_ms(r) for r in context if r.ok) if t is not None]
+    tpot_context = statistics.median(beside_long) if beside_long else None
+    per_context_token = 0.0
+    if tpot_context is not None and context_tokens > 0:
+        slower = tpot_context - tpot_burst - per_extra * context_sequences
+        per_context_token = max(slower, 0.0) / context_tokens
     return VariantCalibration(
         variant=variant,
         profile=LatencyProfile(
@@ -107,6 +134,7 @@ def fit_profile(
             base_ttft_ms=base,
             tpot_ms_at_batch_1=tpot_1,
             tpot_ms_per_extra_seq=per_extra,
+            tpot_ms_per_context_token=per_context_token,
             mean_output_tokens=mean_output_tokens,
         ),
         short_per_s=len(burst_ok) / burst_wall_s if burst_wall_s > 0 else 0.0,
@@ -116,6 +144,7 @@ def fit_profile(
         ttft_long_ms=ttft_long,
         tpot_batch_1_ms=tpot_1,
         tpot_burst_ms=tpot_burst,
+        tpot_context_ms=tpot_context,
     )
 
 
@@ -147,7 +176,9 @@ def mix_capacity(short_per_s: float, long_per_s: float, short_share: float) -> f
     return min(short_per_s / short_share, long_per_s / (1.0 - short_share))
 
 
-def probe_specs(plan: ProbePlan, count: int, tokens: int, seed: str) -> list[RequestSpec]:
+def probe_specs(
+    plan: ProbePlan, count: int, tokens: int, seed: str, max_tokens: int | None = None
+) -> list[RequestSpec]:
     rng = random.Random(seed)
     return [
         RequestSpec(
@@ -155,7 +186,7 @@ def probe_specs(plan: ProbePlan, count: int, tokens: int, seed: str) -> list[Req
             send_at=None,
             prompt=make_prompt(tokens, "token_ids", (256, 500), rng),
             prompt_tokens=tokens,
-            max_tokens=plan.output_tokens,
+            max_tokens=plan.output_tokens if max_tokens is None else max_tokens,
             slo=Slo(),
         )
         for i in range(count)
@@ -199,6 +230,22 @@ async def calibrate_variant(
     long_start = clock.now()
     long_specs = probe_specs(plan, plan.long_burst, plan.long_tokens, "long-burst")
     long_burst = await asyncio.gather(*(send(s, "long-burst") for s in long_specs))
+    long_burst_wall_s = clock.now() - long_start
+    context: list[RequestRecord] = []
+    if plan.context_probes:
+        decoding_specs = probe_specs(
+            plan, plan.context_probes, plan.long_tokens, "context-long", max_tokens=plan.context_output_tokens
+        )
+        decoding = [asyncio.create_task(send(s, "context-long")) for s in decoding_specs]
+        # Let their prefill finish first (each as slow as the slowest lone long probe, in turn, with room to
+        # spare): the burst must measure their context decoding, not their prefill sharing its steps.
+        prefill_s = max((r.ttft_s or 0.0 for r in long if r.ok), default=1.0)
+        await asyncio.sleep(1.5 * plan.context_probes * prefill_s)
+        context_specs = probe_specs(plan, plan.burst, plan.short_tokens, "context")
+        context = list(await asyncio.gather(*(send(s, "context") for s in context_specs)))
+        await asyncio.gather(*decoding)
+    # Per replica, while the second burst ran: the long probes' prompts and about half their answers.
+    held = plan.context_probes * (plan.long_tokens + plan.context_output_tokens / 2) / plan.replicas
     return fit_profile(
         variant,
         short,
@@ -206,6 +253,9 @@ async def calibrate_variant(
         burst,
         long_burst,
         burst_wall_s=burst_wall_s,
-        long_burst_wall_s=clock.now() - long_start,
+        long_burst_wall_s=long_burst_wall_s,
         mean_output_tokens=mean_output_tokens,
+        context=context,
+        context_tokens=held,
+        context_sequences=plan.context_probes / plan.replicas,
     )

@@ -164,21 +164,24 @@ class RoutingSweep(BaseModel):
     bar: Bar | None
 
 
-def _num(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}"
+def _num(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
 
 
 def render_report(sweep: RoutingSweep, variants: list[str], tiers: list[str], plot: str) -> str:
     cal = [
         "| variant | base TTFT (ms) | prefill (tok/s) | TPOT batch 1 (ms) | +TPOT per seq (ms) | "
+        "burst TPOT alone / beside long prompts (ms) | +TPOT per 1k context (ms) | "
         "short burst (req/s) | one long probe (s) | long burst (req/s) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for c in sweep.calibration:
         p = c.profile
         cal.append(
             f"| {c.variant} | {p.base_ttft_ms:.0f} | {p.prefill_tokens_per_s:,.0f} | {p.tpot_ms_at_batch_1:.1f} "
-            f"| {p.tpot_ms_per_extra_seq:.2f} | {c.short_per_s:.1f} | {c.long_s:.2f} | {_num(c.long_per_s)} |"
+            f"| {p.tpot_ms_per_extra_seq:.2f} | {c.tpot_burst_ms:.1f} / {_num(c.tpot_context_ms, 1)} "
+            f"| {1e3 * p.tpot_ms_per_context_token:.2f} "
+            f"| {c.short_per_s:.1f} | {c.long_s:.2f} | {_num(c.long_per_s)} |"
         )
     b = sweep.bar
     verdict = (
@@ -277,6 +280,7 @@ class EngineLimits:
 
     context_length: int
     max_running_requests: int
+    replicas: int = 1
 
 
 async def engine_limits(url: str) -> dict[str, EngineLimits]:
@@ -288,6 +292,7 @@ async def engine_limits(url: str) -> dict[str, EngineLimits]:
         v["name"]: EngineLimits(
             context_length=min(r["context_length"] for r in v["replica_stats"]),
             max_running_requests=min(r["max_running_requests"] for r in v["replica_stats"]),
+            replicas=len(v["replica_stats"]),
         )
         for v in response.json()["variants"]
         if v["replica_stats"]
@@ -311,10 +316,15 @@ async def calibrate(url: str, limits: dict[str, EngineLimits], t: SweepTarget) -
         for variant, limit in limits.items():
             # The long probe: the mix's mean long prompt where the context holds it, else most of the context.
             # Only the largest-context variant's long throughput sets the capacity: probe only its.
+            long_tokens = int(min(longest, limit.context_length - 64))
             plan = ProbePlan(
-                long_tokens=int(min(longest, limit.context_length - 64)),
+                long_tokens=long_tokens,
                 long_burst=3 if variant == largest else 0,
                 burst=probe_burst(limit.max_running_requests),
+                # Two long prompts per replica decoding beside the second burst; long enough to outlast it.
+                context_probes=2 * limit.replicas,
+                context_output_tokens=max(2, min(128, limit.context_length - long_tokens - 1)),
+                replicas=limit.replicas,
             )
             out.append(await calibrate_variant(client, url, variant, plan, mean_output_tokens=mean_output))
     return out

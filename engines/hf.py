@@ -187,12 +187,15 @@ class HFEngine(Engine):
         scheduler, cache = processor.scheduler, processor.cache
         # Plain reads of dict sizes from another thread: a snapshot, possibly one step old, which is fine.
         waiting = list(scheduler.waiting_requests.values())
+        active = list(scheduler.active_requests.values())
         total_blocks = int(getattr(cache, "num_blocks", 0))
         used_blocks = round((1.0 - cache.compute_free_capacity(relative=True)) * total_blocks)
         now = time.monotonic()
         return EngineStats(
             queued_requests=len(waiting) + manager.input_queue.qsize(),
-            running_requests=len(scheduler.active_requests),
+            running_requests=len(active),
+            # position_offset: the tokens of the sequence already in the cache (transformers' RequestState)
+            context_tokens=sum(getattr(state, "position_offset", 0) for state in active),
             queued_prompt_tokens=sum(len(s.initial_tokens) for s in waiting),
             kv_blocks_used=used_blocks,
             kv_blocks_total=total_blocks,

@@ -86,6 +86,7 @@ class EngineStats:
     # sequences lived it, prefill sharing it included (0.0: nothing decoded lately). The router's TPOT floor.
     recent_tpot_ms: float = 0.0
     recent_decode_batch: float = 0.0  # sequences decoding at once over the same window, on average
+    context_tokens: int = 0  # tokens the running sequences hold in the KV cache (prompt + output so far); 0: unknown
     healthy: bool = True
     context_length: int = 0
     max_running_requests: int = 0

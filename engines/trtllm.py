@@ -336,6 +336,9 @@ class TRTLLMEngine(Engine):
 
     def stats(self) -> EngineStats:
         queued, running, kv_used, kv_total = iteration_load(self._iteration_stats, len(self._open))
+        # kvCacheStats carries tokensPerBlock beside the block counts (TensorRT-LLM's own test of the iteration
+        # stats asserts it, tests/unittest/llmapi); without it the context is unknown (0).
+        tokens_per_block = int(((self._iteration_stats or {}).get("kvCacheStats") or {}).get("tokensPerBlock", 0))
         max_running = self._config.max_batch_size or int((self._iteration_stats or {}).get("maxNumActiveRequests", 0))
         now = time.monotonic()
         return EngineStats(
@@ -343,6 +346,7 @@ class TRTLLMEngine(Engine):
             running_requests=running,
             kv_blocks_used=kv_used,
             kv_blocks_total=kv_total,
+            context_tokens=kv_used * tokens_per_block,  # whole blocks: a slight overcount
             tokens_per_s=self._rate.rate(now),
             recent_tpot_ms=self._rate.tpot_ms(now),
             recent_decode_batch=self._rate.decode_batch(now),

@@ -52,6 +52,13 @@ class LatencyProfile(_Strict):
         ge=0,
         description="How much TPOT grows for each further sequence in the running batch.",
     )
+    tpot_ms_per_context_token: float = Field(
+        0.0,
+        ge=0,
+        description="How much TPOT grows for each token of context (prompt and output so far) the running "
+        "batch holds in its KV cache: every decode step reads, or on some attention kernels attends over, "
+        "all of it, so long prompts decoding slow every sequence beside them. 0 until learned.",
+    )
     mean_output_tokens: float = Field(
         128.0,
         ge=1,

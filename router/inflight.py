@@ -215,6 +215,7 @@ class InflightBook:
             1000.0 * decode_s / steps,
             pred.batch_size,
             prefill_tokens_per_step=shared / steps,
+            context_tokens=pred.context_tokens,
             predicted_ms=pred.tpot_ms,
             censored=not ok,
         )
@@ -232,6 +233,7 @@ class InflightBook:
             queued_tokens_ahead=pred.queued_tokens_ahead,
             waiting_for_slot=pred.waiting_for_slot,
             batch_size=pred.batch_size,
+            context_tokens=pred.context_tokens,
             predicted_ms=pred.ttft_ms,
             censored=censored,
         )

@@ -6,13 +6,22 @@ Per replica (Serve spreads a variant's requests over its ready replicas)::
                 + requests to finish before a slot frees * mean_output_tokens * TPOT(running) / running
                 + steps * (decode step of the batch - decode step of one sequence)
                 + startup time (only while the variant has no ready replica)
-    TPOT = TPOT at batch 1 + per extra sequence * (batch - 1) + ms per prefill token * prefill per step
+    TPOT = TPOT at batch 1 + per extra sequence * (batch - 1) + per context token * context tokens of the batch
+                + ms per prefill token * prefill per step
 
 The prefill term is the interference of chunked prefill: a decode step that shares its iteration with
 a prefill chunk lasts as long as both, so a replica that receives ``r`` prompt tokens per millisecond
 decodes each token in ``T = d + c * r * T`` where ``d`` is the decode-only step and ``c`` the cost of
 one prompt token, i.e. ``T = d / (1 - c * r)``. The model learns ``c`` from the prompt tokens actually
 dispatched during each request's decode (per decode step), seeded from the profile's prefill rate.
+
+The context term is the KV cache a decode step reads: every running sequence's prompt and output so far.
+A memory-bound engine reads all of it each step; the transformers engine's paged SDPA attends over the
+whole batch's KV for each query, so there one long prompt decoding slows every short one beside it. On this
+CPU (builtin:small, 2026-11-30) one 900-token context joining 16 short sequences took their TPOT from 10.0
+to 12.1 ms (6.0 to 6.9 at 8); on 2x H200 the 1B's chat TPOT doubled once a few long prompts a second were
+sent there (``python -m bench routing``). Seeded by the profile (the bench measures it: a short burst beside
+long prompts decoding), learned from each request's TPOT with the context it was predicted for.
 
 The steps term is the decode a new prompt waits through: the step in progress when it arrives and the one
 that prefills it, each as long as the running batch makes it (seeded at 1.5 steps, learned). Without it a
@@ -68,6 +77,7 @@ class Load:
     queued_prompt_tokens: float  # prefill work waiting ahead of the new request
     waiting_for_slot: float  # requests that must finish before the new one runs (0 when a slot is free)
     max_running: int  # batch slots of one replica
+    context_tokens: float = 0.0  # tokens the running sequences hold in the KV cache (prompts and outputs so far)
     startup_ms: float = 0.0  # the variant has no ready replica yet: time until one serves
     prefill_tokens_per_s: float = 0.0  # prompt tokens arriving per second: prefill interleaved with decode
     decode_tokens_left: float | None = None  # tokens a running sequence has left to decode, on average
@@ -257,12 +267,21 @@ class LatencyModel:
             clip=clip,
         )
         # TPOT ~ at_batch_1 + per_extra_seq * (batch - 1) + ms_per_prefill_token * prefill tokens per step
+        #        [+ per_context_token * context tokens of the batch]
+        tpot_weights = [
+            _Weight(p.tpot_ms_at_batch_1, lower=1e-3, upper=1e5, floor=0.1),
+            _Weight(p.tpot_ms_per_extra_seq, lower=0.0, upper=1e4, floor=0.01),
+            _Weight(1000.0 / p.prefill_tokens_per_s, lower=0.0, upper=1e3, floor=1e-3),
+        ]
+        # The context term only where the profile gives context a cost (the bench's calibration measures it).
+        # Learned from nothing it took the batch slope's and the prefill's share wherever context grows with
+        # them, and cost the simulator's tiers fleet (whose decode steps do not grow with context) 2-8 points
+        # of attainment (python -m sim --scenario tiers, R = 5 and 6, 2026-11-30).
+        self._context_term = p.tpot_ms_per_context_token > 0.0
+        if self._context_term:
+            tpot_weights.append(_Weight(p.tpot_ms_per_context_token, lower=0.0, upper=10.0, floor=1e-6))
         self._tpot = _RobustRLS(
-            (
-                _Weight(p.tpot_ms_at_batch_1, lower=1e-3, upper=1e5, floor=0.1),
-                _Weight(p.tpot_ms_per_extra_seq, lower=0.0, upper=1e4, floor=0.01),
-                _Weight(1000.0 / p.prefill_tokens_per_s, lower=0.0, upper=1e3, floor=1e-3),
-            ),
+            tpot_weights,
             prior_observations=prior_observations,
             forgetting=forgetting,
             clip=clip,
@@ -288,17 +307,21 @@ class LatencyModel:
 
     # ------------------------------------------------------------------ predictions
 
-    def predict_tpot_ms(self, batch_size: float, prefill_tokens_per_s: float = 0.0) -> float:
-        """Milliseconds per output token while decoding in a batch of ``batch_size`` sequences on a replica
-        that receives ``prefill_tokens_per_s`` prompt tokens per second (their prefill shares the steps)."""
-        at_batch_1, per_extra_seq, ms_per_prefill_token = self._tpot.weights
-        decode_ms = at_batch_1 + per_extra_seq * (max(batch_size, 1.0) - 1.0)
+    def predict_tpot_ms(
+        self, batch_size: float, prefill_tokens_per_s: float = 0.0, context_tokens: float = 0.0
+    ) -> float:
+        """Milliseconds per output token while decoding in a batch of ``batch_size`` sequences holding
+        ``context_tokens`` tokens of KV cache, on a replica that receives ``prefill_tokens_per_s`` prompt
+        tokens per second (their prefill shares the steps)."""
+        at_batch_1, per_extra_seq, ms_per_prefill_token = self._tpot.weights[:3]
+        decode_ms = at_batch_1 + per_extra_seq * (max(batch_size, 1.0) - 1.0) + self._context_ms(context_tokens)
         share = min(_MAX_PREFILL_SHARE, ms_per_prefill_token * max(prefill_tokens_per_s, 0.0) / 1000.0)
         return decode_ms / (1.0 - share)
 
-    def predict_load_tpot_ms(self, load: Load, batch_size: float | None = None) -> float:
-        """TPOT in a batch of ``batch_size`` (None: the batch a new request joins) under ``load``: the model's
-        prediction, lifted where the replica's sequences measured a slower pace lately.
+    def predict_load_tpot_ms(self, load: Load, batch_size: float | None = None, prompt_tokens: float = 0.0) -> float:
+        """TPOT in a batch of ``batch_size`` (None: the batch a new request joins) under ``load``, joined by a
+        ``prompt_tokens`` prompt (its context adds to the batch's): the model's prediction, lifted where the
+        replica's sequences measured a slower pace lately.
 
         The measured pace (carried over to this batch by the model's own batch slope) holds what the model
         has no term for or has not learned yet: on 2x H200 with the transformers engine the 8B's TPOT ran a
@@ -310,10 +333,12 @@ class LatencyModel:
         R = 5 / 5.5 / 6, 2026-11-30).
         """
         batch = load.batch_when_running if batch_size is None else batch_size
-        modelled = self.predict_tpot_ms(batch, load.prefill_tokens_per_s)
+        rate = load.prefill_tokens_per_s
+        modelled = self.predict_tpot_ms(batch, rate, load.context_tokens + prompt_tokens)
         if load.measured_tpot_ms <= 0.0:
             return modelled
-        at_measured_batch = self.predict_tpot_ms(max(load.measured_batch, 1.0), load.prefill_tokens_per_s)
+        # The pace was measured in the batch as it is, before the new prompt joins it.
+        at_measured_batch = self.predict_tpot_ms(max(load.measured_batch, 1.0), rate, load.context_tokens)
         measured = load.measured_tpot_ms * modelled / at_measured_batch
         return max(modelled, measured / (1.0 + self.tpot_margin))
 
@@ -327,11 +352,17 @@ class LatencyModel:
         tokens_left = mean_output_tokens if load.decode_tokens_left is None else max(load.decode_tokens_left, 1.0)
         slot_wait = load.waiting_for_slot * tokens_left * tpot / running
         prefill = (prompt_tokens + load.queued_prompt_tokens) * ms_per_token
-        return base + prefill + slot_wait + steps * self._batch_step_ms(load.batch_when_running) + load.startup_ms
+        step = self._batch_step_ms(load.batch_when_running, load.context_tokens + prompt_tokens)
+        return base + prefill + slot_wait + steps * step + load.startup_ms
 
-    def _batch_step_ms(self, batch_size: float) -> float:
-        """How much longer a decode step of ``batch_size`` sequences is than one of a single sequence."""
-        return self._tpot.weights[1] * (max(batch_size, 1.0) - 1.0)
+    def _batch_step_ms(self, batch_size: float, context_tokens: float) -> float:
+        """How much longer a decode step of ``batch_size`` sequences holding ``context_tokens`` of KV is than
+        one of a single sequence with no context."""
+        return self._tpot.weights[1] * (max(batch_size, 1.0) - 1.0) + self._context_ms(context_tokens)
+
+    def _context_ms(self, context_tokens: float) -> float:
+        """How much longer a decode step is for the KV context its batch holds (0 without the term)."""
+        return self._tpot.weights[3] * context_tokens if self._context_term else 0.0
 
     # ------------------------------------------------------------------ learning
 
@@ -343,12 +374,14 @@ class LatencyModel:
         queued_tokens_ahead: float = 0.0,
         waiting_for_slot: float = 0.0,
         batch_size: float = 1.0,
+        context_tokens: float = 0.0,
         predicted_ms: float | None = None,
         censored: bool = False,
     ) -> None:
         """Learns from one request's time to first token (at its first token, not at its end).
 
-        ``queued_tokens_ahead``, ``waiting_for_slot`` and ``batch_size`` describe the replica at dispatch
+        ``queued_tokens_ahead``, ``waiting_for_slot``, ``batch_size`` and ``context_tokens`` (its own prompt
+        included) describe the replica at dispatch
         (the :class:`Load` its prediction used); ``predicted_ms`` is that decision-time prediction, which
         trains the error margin. ``censored``: the request failed or timed out before its first token and
         ``ttft_ms`` is only a lower bound (the elapsed time).
@@ -360,7 +393,7 @@ class LatencyModel:
             1.0,
             prompt_tokens + queued_tokens_ahead,
             waiting_for_slot * self.predict_tpot_ms(batch) / batch,
-            self._batch_step_ms(batch),
+            self._batch_step_ms(batch, context_tokens),
         )
         if self._learn(self._ttft, x, ttft_ms, censored):
             self.observations += 1
@@ -372,17 +405,21 @@ class LatencyModel:
         batch_size: float,
         *,
         prefill_tokens_per_step: float = 0.0,
+        context_tokens: float = 0.0,
         predicted_ms: float | None = None,
         censored: bool = False,
     ) -> None:
         """Learns from one request's mean time per output token, measured over its decode.
 
         ``prefill_tokens_per_step``: prompt tokens the replica received per decode step of this request
-        (what its steps shared with prefill). ``censored``: the stream broke off, ``tpot_ms`` is a bound.
+        (what its steps shared with prefill). ``context_tokens``: the KV tokens of the batch it was predicted
+        to decode in, its own prompt included. ``censored``: the stream broke off, ``tpot_ms`` is a bound.
         """
         if tpot_ms <= 0:
             return
-        x = (1.0, max(batch_size, 1.0) - 1.0, max(prefill_tokens_per_step, 0.0))
+        x: tuple[float, ...] = (1.0, max(batch_size, 1.0) - 1.0, max(prefill_tokens_per_step, 0.0))
+        if self._context_term:
+            x += (max(context_tokens, 0.0),)
         self._learn(self._tpot, x, tpot_ms, censored)
         _track(self._tpot_error, tpot_ms, predicted_ms, censored)
 
@@ -396,23 +433,27 @@ class LatencyModel:
         *,
         waiting_for_slot: float = 0.0,
         prefill_tokens_per_step: float = 0.0,
+        context_tokens: float = 0.0,
     ) -> None:
         """Learns from one finished request at once (TPOT first, so TTFT's slot term uses the new TPOT).
 
         ``tpot_ms`` is None when the request produced a single token. ``batch_size``,
-        ``queued_tokens_ahead`` and ``waiting_for_slot`` describe the replica as it was when the request
-        was dispatched (the :class:`Load` its prediction used: ``batch_when_running``,
-        ``queued_prompt_tokens``, ``waiting_for_slot``); the model attributes the TTFT it did not
-        explain by prompt length to those.
+        ``queued_tokens_ahead``, ``waiting_for_slot`` and ``context_tokens`` describe the replica as it was
+        when the request was dispatched (the :class:`Load` its prediction used: ``batch_when_running``,
+        ``queued_prompt_tokens``, ``waiting_for_slot``, ``context_tokens`` plus its prompt); the model
+        attributes the TTFT it did not explain by prompt length to those.
         """
         if tpot_ms is not None and tpot_ms > 0:
-            self.observe_tpot(tpot_ms, batch_size, prefill_tokens_per_step=prefill_tokens_per_step)
+            self.observe_tpot(
+                tpot_ms, batch_size, prefill_tokens_per_step=prefill_tokens_per_step, context_tokens=context_tokens
+            )
         self.observe_ttft(
             prompt_tokens,
             ttft_ms,
             queued_tokens_ahead=queued_tokens_ahead,
             waiting_for_slot=waiting_for_slot,
             batch_size=batch_size,
+            context_tokens=context_tokens,
         )
 
     @staticmethod
@@ -426,12 +467,13 @@ class LatencyModel:
     def profile(self) -> LatencyProfile:
         """The current estimates, in the shape of the figures that seed a model (for logs and /variants)."""
         base, ms_per_token, mean_output_tokens, _ = self._ttft.weights
-        at_batch_1, per_extra_seq, _ = self._tpot.weights
+        at_batch_1, per_extra_seq = self._tpot.weights[:2]
         return LatencyProfile(
             prefill_tokens_per_s=1000.0 / ms_per_token,
             base_ttft_ms=base,
             tpot_ms_at_batch_1=at_batch_1,
             tpot_ms_per_extra_seq=per_extra_seq,
+            tpot_ms_per_context_token=self._tpot.weights[3] if self._context_term else 0.0,
             mean_output_tokens=mean_output_tokens,
         )
 

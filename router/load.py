@@ -19,6 +19,8 @@ Running sequences' remaining decode work (``decode_tokens_left``, from the own r
 progress) sets how soon a batch slot frees; the recent prompt-token rate (``prefill_tokens_per_s``) sets
 how much prefill the new request's decode steps will share; and the pace the engines' sequences decoded at
 lately (``recent_tpot_ms``, at ``recent_decode_batch``) is the floor under the TPOT the model predicts.
+The KV context of the running batch is the engines' report (``context_tokens``) where they give one, and
+never less than the prompts of the ingress's own requests that are decoding (:func:`decoding_context`).
 """
 
 from __future__ import annotations
@@ -65,9 +67,19 @@ def replica_load(view: VariantView, config: RouterConfig) -> Load:
         startup_ms=0.0 if ready else config.replica_startup_ms,
         prefill_tokens_per_s=view.prefill_tokens_per_s / replicas,
         decode_tokens_left=view.decode_tokens_left,
+        context_tokens=decoding_context(view) / replicas,
         measured_tpot_ms=view.recent_tpot_ms if ready and config.pace_floor else 0.0,
         measured_batch=view.recent_decode_batch / replicas if ready and config.pace_floor else 0.0,
     )
+
+
+def decoding_context(view: VariantView) -> float:
+    """Tokens of KV cache the variant's running sequences hold: the engines' report, and never less than the
+    prompts of the ingress's own requests that have started decoding. Prompts still waiting for prefill are
+    left out: their cost is prefill (the TPOT model's interference term), and counting them here taught the
+    context weight the prefill's cost in the simulator, where decode steps do not grow with context."""
+    own_decoding = view.inflight_prompt_tokens - view.unstarted_prompt_tokens
+    return float(max(view.context_tokens, own_decoding, 0))
 
 
 def decode_pace(replicas: Iterable[tuple[float, float]]) -> tuple[float, float]:

@@ -96,7 +96,7 @@ def predict(request: RequestFeatures, view: VariantView, load: Load, config: Rou
     model = view.latency
     ttft = model.predict_ttft_ms(request.prompt_tokens, load)
     batch = load.batch_when_running
-    tpot = model.predict_load_tpot_ms(load, batch)
+    tpot = model.predict_load_tpot_ms(load, batch, request.prompt_tokens)
     ttft_upper = ttft * (1.0 + config.error_margin_scale * model.ttft_margin)
     tpot_upper = tpot * (1.0 + config.error_margin_scale * model.tpot_margin)
     # Targets shrink by the headroom, so a prediction that is a little optimistic still lands inside.
@@ -120,6 +120,7 @@ def predict(request: RequestFeatures, view: VariantView, load: Load, config: Rou
         batch_size=batch,
         queued_tokens_ahead=load.queued_prompt_tokens,
         waiting_for_slot=load.waiting_for_slot,
+        context_tokens=load.context_tokens + request.prompt_tokens,
         ttft_upper_ms=ttft_upper,
         tpot_upper_ms=tpot_upper,
         slack=slack,

@@ -100,12 +100,14 @@ def _live(
 
 def _taking(view: VariantView, load: Load, request: RequestFeatures) -> Load:
     """``load`` once ``view`` takes ``request``. The request lands on one replica; averaged over the variant
-    it adds its share of the prefill queue and of the batch, as a request routed now would find them."""
+    it adds its share of the prefill queue, of the batch and of the batch's context, as a request routed now
+    would find them."""
     replicas = max(view.ready_replicas, view.starting_replicas, 1)
     return replace(
         load,
         queued_prompt_tokens=load.queued_prompt_tokens + request.prompt_tokens / replicas,
         running=min(float(load.max_running), load.running + 1.0 / replicas),
+        context_tokens=load.context_tokens + request.prompt_tokens / replicas,
     )
 
 
@@ -153,14 +155,11 @@ def _room(
     under ``load``, on predictions inflated by ``error_margin_scale`` times the learned margins."""
     model = view.latency
     room = 1.0
-    tpot_upper: float | None = None
     for (ttft_target, tpot_target), kind in kinds:
         if ttft_target is not None:
             ttft = model.predict_ttft_ms(round(kind.prompt_tokens), load)
             room = min(room, 1.0 - ttft * (1.0 + error_margin_scale * model.ttft_margin) / ttft_target)
         if tpot_target is not None:
-            if tpot_upper is None:  # the same for every kind: it depends on the batch, not the prompt
-                tpot = model.predict_load_tpot_ms(load)
-                tpot_upper = tpot * (1.0 + error_margin_scale * model.tpot_margin)
-            room = min(room, 1.0 - tpot_upper / tpot_target)
+            tpot = model.predict_load_tpot_ms(load, None, kind.prompt_tokens)
+            room = min(room, 1.0 - tpot * (1.0 + error_margin_scale * model.tpot_margin) / tpot_target)
     return room

@@ -98,6 +98,7 @@ class VariantView:
     # meanwhile, summed over them. See router.load.decode_pace.
     recent_tpot_ms: float = 0.0
     recent_decode_batch: float = 0.0
+    context_tokens: int = 0  # tokens the ready replicas' running sequences hold in KV, as reported (0: unknown)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +117,7 @@ class Prediction:
     batch_size: float = 1.0
     queued_tokens_ahead: float = 0.0
     waiting_for_slot: float = 0.0
+    context_tokens: float = 0.0  # KV tokens of the batch it decodes in, its own prompt included (per replica)
     # The conservative figures the SLO was judged on: the predictions inflated by the model's error margin.
     ttft_upper_ms: float = 0.0
     tpot_upper_ms: float = 0.0

@@ -117,6 +117,7 @@ class RoutingTable:
                 ),
                 recent_tpot_ms=pace_ms,
                 recent_decode_batch=pace_batch,
+                context_tokens=sum(r["context_tokens"] for r in replicas),
             )
             views.append(self._book.annotate(view, now, self._report_at.get(name)))
         return views

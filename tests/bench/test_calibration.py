@@ -44,6 +44,28 @@ def test_fit_by_hand():
     assert c.long_per_s == pytest.approx(3 / 3.0)
 
 
+def test_the_cost_of_context_is_what_the_burst_beside_long_prompts_lost_beyond_its_larger_batch():
+    short = [probe(64, 0.100, 0.010), probe(64, 0.180, 0.014)]
+    long = [probe(1064, 0.600, 0.012)]
+    burst = [probe(64, 0.2, 0.024) for _ in range(8)]  # 2 ms per extra sequence, as in test_fit_by_hand
+    # Beside 2 long prompts holding 4000 tokens: 38 ms, of which 2 x 2 ms are the two more sequences.
+    beside = [probe(64, 0.2, 0.038) for _ in range(8)] + [failed(64)]
+    c = fit_profile(
+        "v", short, long, burst, (), burst_wall_s=2.0, long_burst_wall_s=0.0, mean_output_tokens=48,
+        context=beside, context_tokens=4000, context_sequences=2,
+    )  # fmt: skip
+    assert c.tpot_context_ms == pytest.approx(38)
+    assert c.profile.tpot_ms_per_context_token == pytest.approx(10 / 4000)
+    # No slower beside them, or not probed: no cost.
+    same = fit_profile(
+        "v", short, long, burst, (), burst_wall_s=2.0, long_burst_wall_s=0.0, mean_output_tokens=48,
+        context=burst, context_tokens=4000, context_sequences=2,
+    )  # fmt: skip
+    assert same.profile.tpot_ms_per_context_token == 0.0
+    assert fit(short, long, burst).profile.tpot_ms_per_context_token == 0.0
+    assert fit(short, long, burst).tpot_context_ms is None
+
+
 def test_the_burst_is_timed_on_the_second_half_of_its_streams_once_every_probe_has_joined():
     short = [probe(64, 0.100, 0.010), probe(64, 0.180, 0.014)]
     long = [probe(1064, 0.600, 0.012)]
@@ -83,4 +105,5 @@ def test_probe_specs_are_exact_token_id_prompts_without_slo():
     specs = probe_specs(ProbePlan(long_tokens=900), 3, 900, "x")
     assert [len(s.prompt) for s in specs] == [900] * 3
     assert all(s.max_tokens == 32 and s.slo.headers() == {} for s in specs)
+    assert {s.max_tokens for s in probe_specs(ProbePlan(long_tokens=900), 2, 900, "x", max_tokens=128)} == {128}
     assert specs == probe_specs(ProbePlan(long_tokens=900), 3, 900, "x")

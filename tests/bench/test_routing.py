@@ -56,7 +56,7 @@ def test_report_has_the_calibration_the_table_and_the_verdict():
     points = [point("slo", 2.0, 9), point("largest", 2.0, 8)]
     calibration = VariantCalibration(
         variant="small", profile=LatencyProfile(), short_per_s=5.0, long_s=0.6, long_per_s=1.1,
-        ttft_short_ms=30, ttft_long_ms=300, tpot_batch_1_ms=8, tpot_burst_ms=17,
+        ttft_short_ms=30, ttft_long_ms=300, tpot_batch_1_ms=8, tpot_burst_ms=17, tpot_context_ms=21,
     )  # fmt: skip
     sweep = RoutingSweep(
         command="python -m bench routing --quick", date="2026-11-30T00:00:00+00:00", machine={"cpus": "2"},
@@ -64,7 +64,7 @@ def test_report_has_the_calibration_the_table_and_the_verdict():
         rates=[2.0], duration_s=12.0, points=points, bar=bar(points),
     )  # fmt: skip
     text = render_report(sweep, ["tiny", "small"], ["interactive", "standard"], "sweep.png")
-    assert "| small | 50 | 2,000 | 50.0 | 1.00 | 5.0 | 0.60 | 1.10 |" in text
+    assert "| small | 50 | 2,000 | 50.0 | 1.00 | 17.0 / 21.0 | 0.00 | 5.0 | 0.60 | 1.10 |" in text
     assert "| slo | 2.00 | 10 | 90.0% |" in text
     assert "margin +10.0%" in text and "**NOT met**" in text
     assert "![attainment and goodput vs rate](sweep.png)" in text

@@ -155,6 +155,21 @@ async def test_stats_report_the_pace_the_running_sequences_decoded_at(engine):
     await _wait_idle(engine)
 
 
+async def test_stats_report_the_context_the_running_sequences_hold(engine):
+    prompt = engine.tokenizer.encode("The river runs through the old town and under the bridge")
+    stream = engine.generate(_request(prompt, max_tokens=200, ignore_eos=True))
+    async with contextlib.aclosing(stream):
+        seen = 0
+        async for delta in stream:
+            seen += len(delta.token_ids)
+            if seen >= 8:
+                break
+        # The prompt and the tokens generated so far sit in the KV cache (a step may run ahead of the stream).
+        assert engine.stats().context_tokens >= len(prompt) + 7
+    await _wait_idle(engine)
+    assert engine.stats().context_tokens == 0
+
+
 async def test_stats_report_kv_blocks_and_limits(engine):
     stats = engine.stats()
     assert stats.kv_blocks_total > 0

@@ -239,6 +239,7 @@ async def test_stats_come_from_iteration_stats_contract(fake_trtllm, hf_checkpoi
     stats = engine.stats()
     assert stats.running_requests == 1 and stats.queued_requests == 0
     assert stats.kv_blocks_used >= 1
+    assert stats.context_tokens == stats.kv_blocks_used * 32  # whole blocks of kvCacheStats.tokensPerBlock
     assert stats.max_running_requests == 8
     assert stats.context_length == 100_000
     await stream.aclose()

@@ -223,6 +223,36 @@ def test_tpot_grows_with_the_prefill_its_steps_share():
     assert 40.0 * 10 < model.predict_tpot_ms(1, prefill_tokens_per_s=5000.0) < 1e6
 
 
+def test_tpot_grows_with_the_context_the_batch_holds_and_the_prompt_joining_it():
+    model = LatencyModel(PROFILE.model_copy(update={"tpot_ms_per_context_token": 0.01}))
+    assert model.predict_tpot_ms(1, context_tokens=2000) == pytest.approx(60.0)
+    # A request joining a batch of 3 holding 1000 tokens with a 3000-token prompt: batch 4, 4000 tokens.
+    assert model.predict_load_tpot_ms(load(running=3.0, context_tokens=1000.0), None, 3000) == pytest.approx(86.0)
+    # The steps a new prompt waits through are longer by the same context.
+    short = model.predict_ttft_ms(100, load(running=3.0))
+    assert model.predict_ttft_ms(100, load(running=3.0, context_tokens=1000.0)) == pytest.approx(short + 1.5 * 10.0)
+    assert model.profile().tpot_ms_per_context_token == pytest.approx(0.01)
+
+
+def test_the_cost_of_context_is_learned_from_outcomes():
+    model = LatencyModel(PROFILE.model_copy(update={"tpot_ms_per_context_token": 0.0025}))  # half the truth
+    rng = random.Random(1)
+    for _ in range(300):
+        batch, context = rng.randint(1, 16), rng.choice([0, 500, 4000, 12_000])
+        tpot = 40.0 + 2.0 * (batch - 1) + 0.005 * context
+        model.observe_tpot(tpot * rng.uniform(0.97, 1.03), batch, context_tokens=context)
+    assert model.profile().tpot_ms_per_context_token == pytest.approx(0.005, rel=0.2)
+    assert model.predict_tpot_ms(8, context_tokens=10_000) == pytest.approx(40.0 + 14.0 + 50.0, rel=0.05)
+
+
+def test_a_profile_without_a_cost_of_context_keeps_the_term_off():
+    model = LatencyModel(PROFILE)
+    for _ in range(50):  # context that happens to come with slower steps teaches nothing
+        model.observe_tpot(80.0, 1, context_tokens=8000)
+    assert model.predict_tpot_ms(1, context_tokens=8000) == model.predict_tpot_ms(1)
+    assert model.profile().tpot_ms_per_context_token == 0.0
+
+
 def test_the_pace_the_engine_measured_is_a_floor_under_the_tpot_prediction():
     model = LatencyModel(PROFILE)  # 40 ms at batch 1, +2 per extra sequence
     # At a batch of 4 the model says 46 ms; the replica's sequences have been decoding at 138 ms in that batch.

@@ -97,6 +97,14 @@ def test_the_prompt_rate_and_decode_work_left_are_per_replica():
     assert load.decode_tokens_left == 30.0
 
 
+def test_the_context_per_replica_is_the_engines_report_or_the_own_decoding_prompts_if_more():
+    reported = replica_load(big(ready_replicas=2, context_tokens=8000, inflight_prompt_tokens=3000), CONFIG)
+    assert reported.context_tokens == 4000.0
+    # Unreported: the own requests' prompts, less the 1000 tokens of those still waiting for their prefill.
+    own = big(ready_replicas=2, inflight=3, inflight_prompt_tokens=3000, unstarted_prompt_tokens=1000)
+    assert replica_load(own, CONFIG).context_tokens == 1000.0
+
+
 def test_the_variants_pace_weights_each_replica_by_the_sequences_it_decoded():
     # One replica decoded 6 sequences at 100 ms, another 2 at 200 ms; a third decoded nothing lately.
     assert decode_pace([(100.0, 6.0), (200.0, 2.0), (0.0, 0.0)]) == pytest.approx((125.0, 8.0))

@@ -8,9 +8,9 @@ room a reservation computes is plain arithmetic: 1 - predicted / target.
 
 from __future__ import annotations
 
-from router import SLO, Reason, RequestFeatures, RouterConfig, RouterState, route
+from router import SLO, LatencyModel, Reason, RequestFeatures, RouterConfig, RouterState, route
 from router.reservation import record_exclusive
-from tests.router.views import big, saturated, small
+from tests.router.views import SMALL_PROFILE, big, saturated, small
 
 LONG = SLO(ttft_ms=10_000.0, tpot_ms=100.0)  # a long prompt only big holds
 NO_SLO = SLO()  # a batch job
@@ -211,6 +211,28 @@ def test_a_costly_loose_request_yields_a_variant_whose_tighter_requests_it_would
     assert decision.predictions["small"].meets_slo and decision.predictions["big"].ttft_ms > LOOSE.ttft_ms
     assert decision.variant == "big"
     assert decision.reason == Reason.YIELDED_TO_RESERVATION
+
+
+def test_a_long_prompt_yields_a_variant_whose_kept_requests_its_context_would_slow_past_their_tpot():
+    # small decodes 8 sequences holding 1000 tokens of context; each context token adds 0.02 ms to its step.
+    # An interactive request there now: 10 + 0.1 x 8 + 0.02 x 1100 = 32.8 ms/token of 50. Once the
+    # 1500-token prompt decodes there too: 10 + 0.1 x 9 + 0.02 x 2600 = 62.9 ms. Its own TTFT target holds.
+    def slowed_by_context(per_token: float):
+        model = LatencyModel(SMALL_PROFILE.model_copy(update={"tpot_ms_per_context_token": per_token}))
+        return small(running_requests=8, context_tokens=1000, latency=model)
+
+    decision = route(
+        request(1500, LOOSE), [slowed_by_context(0.02), big()], RouterConfig(), kept_for_interactive_on_small()
+    )
+
+    assert decision.predictions["small"].meets_slo
+    assert decision.variant == "big"
+    assert decision.reason == Reason.YIELDED_TO_RESERVATION
+    # A model that has learned no cost of context keeps it on small.
+    no_cost = route(
+        request(1500, LOOSE), [slowed_by_context(0.0), big()], RouterConfig(), kept_for_interactive_on_small()
+    )
+    assert no_cost.variant == "small"
 
 
 def test_it_keeps_the_variant_while_the_tighter_requests_still_meet_theirs_there():

@@ -76,7 +76,12 @@ class _Executor:
                         "numActiveRequests": len(self.live),
                         "numQueuedRequests": 0,
                         "maxNumActiveRequests": self._llm.args.max_batch_size or 2048,
-                        "kvCacheStats": {"maxNumBlocks": 1000, "usedNumBlocks": used, "freeNumBlocks": 1000 - used},
+                        "kvCacheStats": {
+                            "maxNumBlocks": 1000,
+                            "usedNumBlocks": used,
+                            "freeNumBlocks": 1000 - used,
+                            "tokensPerBlock": 32,
+                        },
                     }
                 )
                 self.stats_event.set()
