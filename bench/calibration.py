@@ -6,7 +6,8 @@ the figures include what a client sees (proxy, ingress, engine). Per variant, th
 * a few short prompts one at a time: the base TTFT and the TPOT of a batch of one;
 * a few long prompts one at a time: the prefill cost per prompt token (from the TTFT difference);
 * a burst of concurrent short prompts: how TPOT grows with the batch, and the short-request throughput;
-* a few long prompts left decoding while a second such burst runs: what their context costs every step.
+* a few long prompts left decoding while a second such burst runs: what their context costs every step;
+* long prompts arriving while a third one runs: what their prefill costs the steps it shares.
 
 The fit (:func:`fit_profile`) is pure: it turns the probes' records into a
 :class:`~router.config.LatencyProfile`, the figures that seed the router's latency model, and a capacity
@@ -21,6 +22,7 @@ import statistics
 import time
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import httpx
 from pydantic import BaseModel, Field
@@ -49,6 +51,12 @@ class ProbePlan(BaseModel):
     context_output_tokens: int = Field(
         128, ge=2, description="max_tokens of those long probes: enough to keep them decoding through the burst."
     )
+    prefill_probes: int = Field(
+        0,
+        ge=0,
+        description="Long probes sent one after another while a third short burst decodes, for what their "
+        "prefill costs the steps it shares (the latency model's decode_ms_per_prefill_token; 0: not probed).",
+    )
     replicas: int = Field(1, ge=1, description="Ready replicas of the variant, over which the probes spread.")
 
 
@@ -70,6 +78,24 @@ class VariantCalibration(BaseModel):
     tpot_context_ms: float | None = Field(
         None, description="TPOT of the second burst, beside the long probes decoding (None: not probed)."
     )
+    tpot_prefill_ms: float | None = Field(
+        None, description="TPOT of the third burst, with long probes arriving (None: not probed)."
+    )
+
+
+@dataclass(frozen=True)
+class BesideLong:
+    """A short burst that ran beside long prompts: decoding (their context) or arriving (their prefill)."""
+
+    records: Sequence[RequestRecord]
+    context_tokens: float = 0.0  # KV tokens per replica the long prompts held meanwhile
+    sequences: float = 0.0  # long prompts decoding per replica meanwhile
+    prefill_tokens_per_ms: float = 0.0  # prompt tokens per ms per replica arriving meanwhile
+
+    def steady_tpot_ms(self) -> float | None:
+        """The burst's median TPOT over the second half of its streams (None: every probe failed)."""
+        tpots = [t for t in (_steady_tpot_ms(r) for r in self.records if r.ok) if t is not None]
+        return statistics.median(tpots) if tpots else None
 
 
 def _present(values: Sequence[float | None]) -> list[float]:
@@ -89,9 +115,8 @@ def fit_profile(
     burst_wall_s: float,
     long_burst_wall_s: float,
     mean_output_tokens: float,
-    context: Sequence[RequestRecord] = (),
-    context_tokens: float = 0.0,
-    context_sequences: float = 0.0,
+    context: BesideLong | None = None,
+    prefill: BesideLong | None = None,
 ) -> VariantCalibration:
     """Fits the figures of one variant from its probes (failed probes are left out; none left raises).
 
@@ -99,9 +124,11 @@ def fit_profile(
     batch: one at a time and the burst give both ends. ``mean_output_tokens`` is the workload's, not a
     measurement: it is how long a request that waits for a batch slot waits per running request.
 
-    ``context`` is the second burst, run beside ``context_sequences`` long probes per replica holding
-    ``context_tokens`` tokens of KV per replica: what it took longer per token than the first burst, beyond
-    its larger batch, is the cost of that context (0 when it took no longer, or every probe failed).
+    ``context`` is the second burst, run beside long probes decoding: what it took longer per token than the
+    first burst, beyond its larger batch, is the cost of their context (0 when it took no longer, or every
+    probe failed). ``prefill`` is the third, with long probes arriving: a step that shares ``r`` prompt
+    tokens per ms lasts ``d / (1 - c r)``, so ``c = (1 - d / measured) / r``, never below the prefill cost
+    alone (which it is without the probe).
     """
     for name, probes in (("short", short), ("long", long), ("burst", burst)):
         if not any(r.ok for r in probes):
@@ -121,12 +148,16 @@ def fit_profile(
     tpot_1 = 1e3 * min(_present([r.tpot_s for r in short_ok]))
     tpot_burst = statistics.median(_present([_steady_tpot_ms(r) for r in burst_ok]))
     per_extra = max(tpot_burst - tpot_1, 0.0) / (len(burst) - 1)
-    beside_long = [t for t in (_steady_tpot_ms(r) for r in context if r.ok) if t is not None]
-    tpot_context = statistics.median(beside_long) if beside_long else None
+    tpot_context = context.steady_tpot_ms() if context is not None else None
     per_context_token = 0.0
-    if tpot_context is not None and context_tokens > 0:
-        slower = tpot_context - tpot_burst - per_extra * context_sequences
-        per_context_token = max(slower, 0.0) / context_tokens
+    if context is not None and tpot_context is not None and context.context_tokens > 0:
+        slower = tpot_context - tpot_burst - per_extra * context.sequences
+        per_context_token = max(slower, 0.0) / context.context_tokens
+    tpot_prefill = prefill.steady_tpot_ms() if prefill is not None else None
+    decode_ms_per_prefill_token = ms_per_token
+    if prefill is not None and tpot_prefill is not None and prefill.prefill_tokens_per_ms > 0:
+        share = min(max(1.0 - tpot_burst / tpot_prefill, 0.0), 0.95)
+        decode_ms_per_prefill_token = max(ms_per_token, share / prefill.prefill_tokens_per_ms)
     return VariantCalibration(
         variant=variant,
         profile=LatencyProfile(
@@ -135,6 +166,7 @@ def fit_profile(
             tpot_ms_at_batch_1=tpot_1,
             tpot_ms_per_extra_seq=per_extra,
             tpot_ms_per_context_token=per_context_token,
+            decode_ms_per_prefill_token=decode_ms_per_prefill_token,
             mean_output_tokens=mean_output_tokens,
         ),
         short_per_s=len(burst_ok) / burst_wall_s if burst_wall_s > 0 else 0.0,
@@ -145,6 +177,7 @@ def fit_profile(
         tpot_batch_1_ms=tpot_1,
         tpot_burst_ms=tpot_burst,
         tpot_context_ms=tpot_context,
+        tpot_prefill_ms=tpot_prefill,
     )
 
 
@@ -231,7 +264,7 @@ async def calibrate_variant(
     long_specs = probe_specs(plan, plan.long_burst, plan.long_tokens, "long-burst")
     long_burst = await asyncio.gather(*(send(s, "long-burst") for s in long_specs))
     long_burst_wall_s = clock.now() - long_start
-    context: list[RequestRecord] = []
+    context = None
     if plan.context_probes:
         decoding_specs = probe_specs(
             plan, plan.context_probes, plan.long_tokens, "context-long", max_tokens=plan.context_output_tokens
@@ -242,10 +275,30 @@ async def calibrate_variant(
         prefill_s = max((r.ttft_s or 0.0 for r in long if r.ok), default=1.0)
         await asyncio.sleep(1.5 * plan.context_probes * prefill_s)
         context_specs = probe_specs(plan, plan.burst, plan.short_tokens, "context")
-        context = list(await asyncio.gather(*(send(s, "context") for s in context_specs)))
+        beside = await asyncio.gather(*(send(s, "context") for s in context_specs))
         await asyncio.gather(*decoding)
-    # Per replica, while the second burst ran: the long probes' prompts and about half their answers.
-    held = plan.context_probes * (plan.long_tokens + plan.context_output_tokens / 2) / plan.replicas
+        context = BesideLong(
+            beside,
+            # Per replica, while the burst ran: the long probes' prompts and about half their answers.
+            context_tokens=plan.context_probes * (plan.long_tokens + plan.context_output_tokens / 2) / plan.replicas,
+            sequences=plan.context_probes / plan.replicas,
+        )
+    prefill = None
+    if plan.prefill_probes:
+        # Long prompts (of two tokens' answer, so that little but their prefill remains) sent evenly over the
+        # last 80% of a burst as long as the first one was, when the burst's steady half is timed.
+        mixed_specs = probe_specs(plan, plan.burst, plan.short_tokens, "mixed")
+        mixed = [asyncio.create_task(send(s, "mixed")) for s in mixed_specs]
+        arriving: list[asyncio.Task[RequestRecord]] = []
+        gap_s = 0.8 * burst_wall_s / plan.prefill_probes
+        await asyncio.sleep(0.2 * burst_wall_s)
+        for spec in probe_specs(plan, plan.prefill_probes, plan.long_tokens, "mixed-long", max_tokens=2):
+            arriving.append(asyncio.create_task(send(spec, "mixed-long")))
+            await asyncio.sleep(gap_s)
+        beside = await asyncio.gather(*mixed)
+        await asyncio.gather(*arriving)
+        tokens = plan.prefill_probes * plan.long_tokens / plan.replicas
+        prefill = BesideLong(beside, prefill_tokens_per_ms=tokens / (1e3 * 0.8 * burst_wall_s))
     return fit_profile(
         variant,
         short,
@@ -256,6 +309,5 @@ async def calibrate_variant(
         long_burst_wall_s=long_burst_wall_s,
         mean_output_tokens=mean_output_tokens,
         context=context,
-        context_tokens=held,
-        context_sequences=plan.context_probes / plan.replicas,
+        prefill=prefill,
     )

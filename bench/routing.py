@@ -171,16 +171,18 @@ def _num(value: float | None, digits: int = 2) -> str:
 def render_report(sweep: RoutingSweep, variants: list[str], tiers: list[str], plot: str) -> str:
     cal = [
         "| variant | base TTFT (ms) | prefill (tok/s) | TPOT batch 1 (ms) | +TPOT per seq (ms) | "
-        "burst TPOT alone / beside long prompts (ms) | +TPOT per 1k context (ms) | "
-        "short burst (req/s) | one long probe (s) | long burst (req/s) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "burst TPOT alone / beside long prompts decoding / arriving (ms) | +TPOT per 1k context (ms) | "
+        "decode ms per 1k prefill tokens | short burst (req/s) | one long probe (s) | long burst (req/s) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for c in sweep.calibration:
         p = c.profile
+        i = p.decode_ms_per_prefill_token
         cal.append(
             f"| {c.variant} | {p.base_ttft_ms:.0f} | {p.prefill_tokens_per_s:,.0f} | {p.tpot_ms_at_batch_1:.1f} "
-            f"| {p.tpot_ms_per_extra_seq:.2f} | {c.tpot_burst_ms:.1f} / {_num(c.tpot_context_ms, 1)} "
-            f"| {1e3 * p.tpot_ms_per_context_token:.2f} "
+            f"| {p.tpot_ms_per_extra_seq:.2f} "
+            f"| {c.tpot_burst_ms:.1f} / {_num(c.tpot_context_ms, 1)} / {_num(c.tpot_prefill_ms, 1)} "
+            f"| {1e3 * p.tpot_ms_per_context_token:.2f} | {_num(None if i is None else 1e3 * i, 1)} "
             f"| {c.short_per_s:.1f} | {c.long_s:.2f} | {_num(c.long_per_s)} |"
         )
     b = sweep.bar
@@ -324,6 +326,7 @@ async def calibrate(url: str, limits: dict[str, EngineLimits], t: SweepTarget) -
                 # Two long prompts per replica decoding beside the second burst; long enough to outlast it.
                 context_probes=2 * limit.replicas,
                 context_output_tokens=max(2, min(128, limit.context_length - long_tokens - 1)),
+                prefill_probes=3 * limit.replicas,
                 replicas=limit.replicas,
             )
             out.append(await calibrate_variant(client, url, variant, plan, mean_output_tokens=mean_output))

@@ -59,6 +59,14 @@ class LatencyProfile(_Strict):
         "batch holds in its KV cache: every decode step reads, or on some attention kernels attends over, "
         "all of it, so long prompts decoding slow every sequence beside them. 0 until learned.",
     )
+    decode_ms_per_prefill_token: float | None = Field(
+        None,
+        ge=0,
+        description="How much one prompt token's prefill lengthens the decode steps it shares, in ms (the TPOT "
+        "model's prefill interference); None: as long as its prefill alone, 1000 / prefill_tokens_per_s. "
+        "Engines whose mixed prefill-and-decode steps cost more than the two apart need it measured (the "
+        "bench's calibration does: a short burst while long prompts arrive).",
+    )
     mean_output_tokens: float = Field(
         128.0,
         ge=1,

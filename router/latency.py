@@ -13,7 +13,10 @@ The prefill term is the interference of chunked prefill: a decode step that shar
 a prefill chunk lasts as long as both, so a replica that receives ``r`` prompt tokens per millisecond
 decodes each token in ``T = d + c * r * T`` where ``d`` is the decode-only step and ``c`` the cost of
 one prompt token, i.e. ``T = d / (1 - c * r)``. The model learns ``c`` from the prompt tokens actually
-dispatched during each request's decode (per decode step), seeded from the profile's prefill rate.
+dispatched during each request's decode (per decode step), seeded from the profile's
+``decode_ms_per_prefill_token`` where it is measured, else its prefill rate. (On 2x H200 the transformers
+engine's 8B decoded at ~165 ms a token from the first second of the bench's mix, where the prefill rate
+alone predicted ~35: its mixed steps cost far more than prefill and decode apart; the bench now measures it.)
 
 The context term is the KV cache a decode step reads: every running sequence's prompt and output so far.
 A memory-bound engine reads all of it each step; the transformers engine's paged SDPA attends over the
@@ -268,10 +271,13 @@ class LatencyModel:
         )
         # TPOT ~ at_batch_1 + per_extra_seq * (batch - 1) + ms_per_prefill_token * prefill tokens per step
         #        [+ per_context_token * context tokens of the batch]
+        interference = p.decode_ms_per_prefill_token
+        if interference is None:
+            interference = 1000.0 / p.prefill_tokens_per_s
         tpot_weights = [
             _Weight(p.tpot_ms_at_batch_1, lower=1e-3, upper=1e5, floor=0.1),
             _Weight(p.tpot_ms_per_extra_seq, lower=0.0, upper=1e4, floor=0.01),
-            _Weight(1000.0 / p.prefill_tokens_per_s, lower=0.0, upper=1e3, floor=1e-3),
+            _Weight(interference, lower=0.0, upper=1e3, floor=1e-3),
         ]
         # The context term only where the profile gives context a cost (the bench's calibration measures it).
         # Learned from nothing it took the batch slope's and the prefill's share wherever context grows with
@@ -467,13 +473,14 @@ class LatencyModel:
     def profile(self) -> LatencyProfile:
         """The current estimates, in the shape of the figures that seed a model (for logs and /variants)."""
         base, ms_per_token, mean_output_tokens, _ = self._ttft.weights
-        at_batch_1, per_extra_seq = self._tpot.weights[:2]
+        at_batch_1, per_extra_seq, interference = self._tpot.weights[:3]
         return LatencyProfile(
             prefill_tokens_per_s=1000.0 / ms_per_token,
             base_ttft_ms=base,
             tpot_ms_at_batch_1=at_batch_1,
             tpot_ms_per_extra_seq=per_extra_seq,
             tpot_ms_per_context_token=self._tpot.weights[3] if self._context_term else 0.0,
+            decode_ms_per_prefill_token=interference,
             mean_output_tokens=mean_output_tokens,
         )
 

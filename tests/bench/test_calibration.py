@@ -2,7 +2,7 @@ import dataclasses
 
 import pytest
 
-from bench.calibration import ProbePlan, fit_profile, mix_capacity, probe_specs
+from bench.calibration import BesideLong, ProbePlan, fit_profile, mix_capacity, probe_specs
 from bench.records import RequestRecord
 
 
@@ -52,18 +52,39 @@ def test_the_cost_of_context_is_what_the_burst_beside_long_prompts_lost_beyond_i
     beside = [probe(64, 0.2, 0.038) for _ in range(8)] + [failed(64)]
     c = fit_profile(
         "v", short, long, burst, (), burst_wall_s=2.0, long_burst_wall_s=0.0, mean_output_tokens=48,
-        context=beside, context_tokens=4000, context_sequences=2,
+        context=BesideLong(beside, context_tokens=4000, sequences=2),
     )  # fmt: skip
     assert c.tpot_context_ms == pytest.approx(38)
     assert c.profile.tpot_ms_per_context_token == pytest.approx(10 / 4000)
     # No slower beside them, or not probed: no cost.
     same = fit_profile(
         "v", short, long, burst, (), burst_wall_s=2.0, long_burst_wall_s=0.0, mean_output_tokens=48,
-        context=burst, context_tokens=4000, context_sequences=2,
+        context=BesideLong(burst, context_tokens=4000, sequences=2),
     )  # fmt: skip
     assert same.profile.tpot_ms_per_context_token == 0.0
     assert fit(short, long, burst).profile.tpot_ms_per_context_token == 0.0
     assert fit(short, long, burst).tpot_context_ms is None
+
+
+def test_the_cost_of_prefill_to_decode_is_what_the_burst_lost_while_long_prompts_arrived():
+    # Prefill alone: 0.5 ms a token (test_fit_by_hand). The burst decoded at 24 ms alone and at 48 with 0.4
+    # prompt tokens a ms arriving: half of every step went to prefill, 1.25 ms per prompt token, not 0.5.
+    short = [probe(64, 0.100, 0.010), probe(64, 0.180, 0.014)]
+    long = [probe(1064, 0.600, 0.012)]
+    burst = [probe(64, 0.2, 0.024) for _ in range(8)]
+    arriving = BesideLong([probe(64, 0.2, 0.048) for _ in range(8)], prefill_tokens_per_ms=0.4)
+    c = fit_profile(
+        "v", short, long, burst, (), burst_wall_s=2.0, long_burst_wall_s=0.0, mean_output_tokens=48,
+        prefill=arriving,
+    )  # fmt: skip
+    assert c.tpot_prefill_ms == pytest.approx(48)
+    assert c.profile.decode_ms_per_prefill_token == pytest.approx(1.25)
+    # Never below the prefill cost alone; without the probe, that cost.
+    calm = BesideLong(burst, prefill_tokens_per_ms=0.4)
+    assert fit_profile(
+        "v", short, long, burst, (), burst_wall_s=2.0, long_burst_wall_s=0.0, mean_output_tokens=48, prefill=calm,
+    ).profile.decode_ms_per_prefill_token == pytest.approx(0.5)  # fmt: skip
+    assert fit(short, long, burst).profile.decode_ms_per_prefill_token == pytest.approx(0.5)
 
 
 def test_the_burst_is_timed_on_the_second_half_of_its_streams_once_every_probe_has_joined():

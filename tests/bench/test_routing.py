@@ -64,7 +64,7 @@ def test_report_has_the_calibration_the_table_and_the_verdict():
         rates=[2.0], duration_s=12.0, points=points, bar=bar(points),
     )  # fmt: skip
     text = render_report(sweep, ["tiny", "small"], ["interactive", "standard"], "sweep.png")
-    assert "| small | 50 | 2,000 | 50.0 | 1.00 | 17.0 / 21.0 | 0.00 | 5.0 | 0.60 | 1.10 |" in text
+    assert "| small | 50 | 2,000 | 50.0 | 1.00 | 17.0 / 21.0 / - | 0.00 | - | 5.0 | 0.60 | 1.10 |" in text
     assert "| slo | 2.00 | 10 | 90.0% |" in text
     assert "margin +10.0%" in text and "**NOT met**" in text
     assert "![attainment and goodput vs rate](sweep.png)" in text

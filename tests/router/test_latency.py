@@ -93,8 +93,9 @@ def test_the_batch_a_request_decodes_in_counts_what_runs_and_queues_ahead_up_to_
 
 
 def test_an_unprofiled_model_is_seeded_with_the_profile_defaults():
-    assert LatencyModel().profile() == LatencyProfile()
-    assert LatencyModel(PROFILE).profile() == PROFILE
+    # The interference reads back explicitly: by default, the prefill time of a token (1000 / 2000 tok/s).
+    assert LatencyModel().profile() == LatencyProfile(decode_ms_per_prefill_token=0.5)
+    assert LatencyModel(PROFILE).profile() == PROFILE.model_copy(update={"decode_ms_per_prefill_token": 1.0})
 
 
 # --- learning --------------------------------------------------------------------------------------
@@ -279,6 +280,14 @@ def test_a_slow_measured_pace_lengthens_the_wait_for_a_slot():
     # The slot frees when a running sequence's last 10 tokens are out: 10 x 210 / 16 ms instead of 10 x 70 / 16.
     # (The model's batch slope carries the pace measured at a batch of 16 over to the running 16: unchanged.)
     assert model.predict_ttft_ms(100, slow) - model.predict_ttft_ms(100, full) == pytest.approx(10 * 140.0 / 16)
+
+
+def test_a_measured_cost_of_prefill_to_decode_seeds_the_interference():
+    # 1 ms per prompt token to prefill; measured in mixed steps: 2.5 ms per prompt token of decode.
+    model = LatencyModel(PROFILE.model_copy(update={"decode_ms_per_prefill_token": 2.5}))
+    assert model.predict_tpot_ms(1, prefill_tokens_per_s=200.0) == pytest.approx(40.0 / (1 - 0.5))
+    assert model.profile().decode_ms_per_prefill_token == pytest.approx(2.5)
+    assert LatencyModel(PROFILE).profile().decode_ms_per_prefill_token == pytest.approx(1.0)
 
 
 def test_the_error_margin_tracks_how_far_outcomes_exceed_decision_time_predictions():
