@@ -56,7 +56,8 @@ class TokenRate:
 
     def decode_batch(self, now: float) -> float:
         """Sequences decoding at once over the window, on average: the decode time delivered in it per second
-        (the batch ``tpot_ms`` was measured at)."""
+        (the batch ``tpot_ms`` was measured at). Low while the window is filling after an idle spell, which
+        makes the router carry the pace over to a larger batch than it was measured at: pessimistic."""
         self._expire(now)
         return self._decode_s / self._window_s
 

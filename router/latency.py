@@ -24,7 +24,8 @@ whole batch's KV for each query, so there one long prompt decoding slows every s
 CPU (builtin:small, 2026-11-30) one 900-token context joining 16 short sequences took their TPOT from 10.0
 to 12.1 ms (6.0 to 6.9 at 8); on 2x H200 the 1B's chat TPOT doubled once a few long prompts a second were
 sent there (``python -m bench routing``). Seeded by the profile (the bench measures it: a short burst beside
-long prompts decoding), learned from each request's TPOT with the context it was predicted for.
+long prompts decoding), learned from each request's TPOT with the context it was predicted for; absent (not
+merely zero) when the profile gives context no cost, since learned from nothing it takes the batch slope's share.
 
 The steps term is the decode a new prompt waits through: the step in progress when it arrives and the one
 that prefills it, each as long as the running batch makes it (seeded at 1.5 steps, learned). Without it a
