@@ -45,10 +45,11 @@ from bench.client import TargetConfig
 from bench.load import drive
 from bench.loadgen import LoadConfig
 from bench.mix import MixConfig, mean_length, mixed_requests, routing_mix, slo_window_s
-from bench.records import RequestRecord, write_jsonl
+from bench.records import RequestRecord, read_jsonl, write_jsonl
 from bench.report import machine_info
 from bench.routing_plot import sweep_plot
 from bench.routing_results import (
+    STEADY_FROM,
     Bar,
     SweepPoint,
     bar,
@@ -56,6 +57,7 @@ from bench.routing_results import (
     markdown_table,
     prediction_table,
     reasons_table,
+    steady_attainment,
     sweep_point,
 )
 from bench.workload import RequestSpec
@@ -105,6 +107,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=None, help="default bench/results/routing[-quick]")
     p.add_argument("--json", type=Path, default=None, help="also write the sweep summary JSON here")
+    p.add_argument(
+        "--rescore",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="run nothing: add what this bench now derives from records (each point's steady attainment) to a "
+        "finished run's --out DIR (its sweep.json and records.jsonl files) and rewrite its report",
+    )
 
 
 # ---------------------------------------------------------------------- pure helpers
@@ -359,7 +369,35 @@ def _log(started: float, text: str) -> None:
     print(f"[{time.monotonic() - started:5.0f} s] {text}", flush=True)
 
 
+def rescore(out: Path) -> RoutingSweep:
+    """A finished sweep in ``out`` with the figures derived from its records recomputed (see ``--rescore``);
+    rewrites its ``sweep.json``, ``sweep.png`` and ``report.md``."""
+    sweep = RoutingSweep.model_validate_json((out / "sweep.json").read_text())
+    points = []
+    for p in sweep.points:
+        records = read_jsonl(out / p.policy / f"rate-{p.rate:g}" / "records.jsonl")
+        steady = steady_attainment(records, STEADY_FROM * sweep.duration_s)
+        points.append(p.model_copy(update={"steady_attainment": steady}))
+    note = f"Steady attainment added after the run: python -m bench routing --rescore {out}"
+    notes = sweep.notes if note in sweep.notes else [*sweep.notes, note]
+    sweep = sweep.model_copy(update={"points": points, "notes": notes})
+    (out / "sweep.json").write_text(sweep.model_dump_json(indent=2) + "\n")
+    plot = sweep_plot(points, out / "sweep.png")
+    variants = [c.variant for c in sweep.calibration]
+    tiers = sorted({c.tier for c in sweep.mix.classes})
+    (out / "report.md").write_text(render_report(sweep, variants, tiers, plot.name))
+    return sweep
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.rescore is not None:
+        sweep = rescore(args.rescore)
+        print(
+            markdown_table(
+                sweep.points, [c.variant for c in sweep.calibration], sorted({c.tier for c in sweep.mix.classes})
+            )
+        )
+        return 0
     started = time.monotonic()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # builtin models are generated offline
     duration_s = args.duration_s or (10.0 if args.quick else 60.0)
@@ -430,7 +468,9 @@ def run(args: argparse.Namespace) -> int:
                 url = f"{base_url}/{name}"
                 records = asyncio.run(drive_point(url, target, rate, duration_s, args.seed + i))
                 write_jsonl(records, out / policy / f"rate-{rate:g}" / "records.jsonl")
-                point = sweep_point(policy, rate, records, long_prompt_tokens=shortest, qualities=qualities)
+                point = sweep_point(
+                    policy, rate, records, long_prompt_tokens=shortest, qualities=qualities, duration_s=duration_s
+                )
                 points.append(point)
                 s = point.summary
                 _log(

@@ -5,6 +5,7 @@ import pytest
 from bench.calibration import VariantCalibration
 from bench.loadgen import LoadConfig
 from bench.mix import mixed_requests, routing_mix
+from bench.records import write_jsonl
 from bench.routing import (
     FULL_FRACTIONS,
     QUICK_FRACTIONS,
@@ -15,13 +16,14 @@ from bench.routing import (
     policy_args,
     probe_burst,
     render_report,
+    rescore,
     send_specs,
     sweep_rates,
 )
 from bench.routing_results import bar
 from router.config import LatencyProfile, RouterConfig
 from serve_app.config import load_app_config
-from tests.bench.test_routing_results import point
+from tests.bench.test_routing_results import point, record
 from tests.conftest import REPO
 
 ARGS = app_args_from_file(REPO / "serve_config.yaml")
@@ -52,23 +54,43 @@ def test_rates_are_fractions_of_the_capacity():
     assert sweep_rates(4.0, FULL_FRACTIONS)[-1] == 5.0
 
 
-def test_report_has_the_calibration_the_table_and_the_verdict():
-    points = [point("slo", 2.0, 9), point("largest", 2.0, 8)]
+def a_sweep(points) -> RoutingSweep:
     calibration = VariantCalibration(
         variant="small", profile=LatencyProfile(), short_per_s=5.0, long_s=0.6, long_per_s=1.1,
         ttft_short_ms=30, ttft_long_ms=300, tpot_batch_1_ms=8, tpot_burst_ms=17, tpot_context_ms=21,
     )  # fmt: skip
-    sweep = RoutingSweep(
+    return RoutingSweep(
         command="python -m bench routing --quick", date="2026-11-30T00:00:00+00:00", machine={"cpus": "2"},
         wall_s=280.0, notes=["a note"], mix=routing_mix(), calibration=[calibration], capacity_rps=4.0,
-        rates=[2.0], duration_s=12.0, points=points, bar=bar(points),
+        rates=[2.0], duration_s=10.0, points=points, bar=bar(points),
     )  # fmt: skip
+
+
+def test_report_has_the_calibration_the_table_and_the_verdict():
+    sweep = a_sweep([point("slo", 2.0, 9), point("largest", 2.0, 8)])
     text = render_report(sweep, ["tiny", "small"], ["interactive", "standard"], "sweep.png")
     assert "| small | 50 | 2,000 | 50.0 | 1.00 | 17.0 / 21.0 / - | 0.00 | - | 5.0 | 0.60 | 1.10 |" in text
     assert "| slo | 2.00 | 10 | 90.0% |" in text
     assert "margin +10.0%" in text and "**NOT met**" in text
     assert "![attainment and goodput vs rate](sweep.png)" in text
     assert RoutingSweep.model_validate_json(sweep.model_dump_json()) == sweep
+
+
+def test_rescore_adds_the_steady_attainment_to_a_finished_run(tmp_path):
+    # A run from before the column: its 10 requests were sent at 0..9 s of 10 s points; the slo one missed its
+    # first two, the largest one its last two.
+    sweep = a_sweep([point("slo", 2.0, 8), point("largest", 2.0, 8)])
+    (tmp_path / "sweep.json").write_text(sweep.model_dump_json())
+    write_jsonl([record(i, met=i >= 2) for i in range(10)], tmp_path / "slo" / "rate-2" / "records.jsonl")
+    write_jsonl([record(i, met=i < 8) for i in range(10)], tmp_path / "largest" / "rate-2" / "records.jsonl")
+
+    rescored = rescore(tmp_path)
+
+    assert [p.steady_attainment for p in rescored.points] == [1.0, 0.75]
+    assert RoutingSweep.model_validate_json((tmp_path / "sweep.json").read_text()) == rescored
+    assert "| slo | 2.00 | 10 | 80.0% | 100.0% |" in (tmp_path / "report.md").read_text()
+    assert rescored.notes[-1].endswith(f"--rescore {tmp_path}")
+    assert rescore(tmp_path).notes == rescored.notes  # once
 
 
 @pytest.mark.serve

@@ -12,6 +12,7 @@ from bench.routing_results import (
     reason_counts,
     reasons_table,
     short_behind_long,
+    steady_attainment,
     sweep_point,
     variant_shares,
 )
@@ -65,6 +66,16 @@ def test_a_point_counts_long_prompts_per_variant_and_the_quality_of_what_met():
     assert mean_quality([record(0, met=False)], QUALITY) is None
 
 
+def test_the_steady_part_of_a_point_leaves_out_its_first_fifth():
+    # Requests sent at 0..9 s of a 10 s point; the first two (before 2 s) missed.
+    records = [record(i, met=i >= 2) for i in range(10)]
+    p = sweep_point("slo", 2.0, records, long_prompt_tokens=1024, qualities=QUALITY, duration_s=10.0)
+    assert p.summary.slo_attainment == pytest.approx(0.8)
+    assert p.steady_attainment == 1.0
+    assert steady_attainment(records, 20.0) is None
+    assert sweep_point("slo", 2.0, records, long_prompt_tokens=1024, qualities=QUALITY).steady_attainment is None
+
+
 def test_the_bar_compares_the_slo_policy_with_the_best_baseline_at_the_highest_rate():
     points = [point("slo", 1.0, 5), point("slo", 2.0, 10), point("largest", 2.0, 8), point("round_robin", 2.0, 6)]
     b = bar(points)
@@ -85,7 +96,7 @@ def test_markdown_table_has_one_row_per_point_with_shares_and_tiers():
     lines = markdown_table(points, ["tiny", "small"], ["interactive", "standard"]).splitlines()
     assert len(lines) == 2 + len(points)
     header = [c.strip() for c in lines[0].strip("|").split("|")]
-    assert header[:4] == ["policy", "rate (req/s)", "requests", "SLO attainment"]
+    assert header[:5] == ["policy", "rate (req/s)", "requests", "SLO attainment", "after the first 20%"]
     assert "share tiny" in header and "attain. interactive" in header
     slo = dict(zip(header, (c.strip() for c in lines[2].strip("|").split("|")), strict=True))
     assert slo["policy"] == "slo" and slo["SLO attainment"] == "50.0%" and slo["attain. interactive"] == "50%"
