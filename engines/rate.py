@@ -20,6 +20,7 @@ class TokenRate:
         self._window_s = window_s
         # (time, tokens, tokens that followed an earlier token of the same request, the time they took)
         self._events: collections.deque[tuple[float, int, int, float]] = collections.deque()
+        self._tokens = 0  # running sums over the window's events, so that a stats read costs only expiry
         self._decode_tokens = 0
         self._decode_s = 0.0
 
@@ -32,6 +33,7 @@ class TokenRate:
         decoded = 0 if decode_s is None else n
         spent = 0.0 if decode_s is None else max(decode_s, 0.0)
         self._events.append((now, n, decoded, spent))
+        self._tokens += n
         self._decode_tokens += decoded
         self._decode_s += spent
 
@@ -47,7 +49,7 @@ class TokenRate:
     def rate(self, now: float) -> float:
         """Tokens per second over the window."""
         self._expire(now)
-        return sum(event[1] for event in self._events) / self._window_s
+        return self._tokens / self._window_s
 
     def tpot_ms(self, now: float) -> float:
         """Mean ms between a sequence's successive tokens over the window; 0.0 when nothing decoded."""
@@ -64,8 +66,9 @@ class TokenRate:
     def _expire(self, now: float) -> None:
         events = self._events
         while events and events[0][0] < now - self._window_s:
-            _, _, decoded, decode_s = events.popleft()
+            _, n, decoded, decode_s = events.popleft()
+            self._tokens -= n
             self._decode_tokens -= decoded
             self._decode_s -= decode_s
         if not events:  # no float drift left behind by the running sums
-            self._decode_tokens, self._decode_s = 0, 0.0
+            self._tokens, self._decode_tokens, self._decode_s = 0, 0, 0.0

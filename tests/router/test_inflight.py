@@ -131,6 +131,13 @@ def test_tpot_learns_the_prefill_its_decode_steps_shared():
     assert model.predict_tpot_ms(1.0, prefill_tokens_per_s=500 / 0.54) == pytest.approx(540.0, rel=0.2)
 
 
+def decoding_long_answer(b: InflightBook):
+    """A 256-token request predicted at 40 ms a token, its first token out at 0 s."""
+    ticket = b.open("big", 10, prediction(tpot_ms=40.0), now=0.0, max_tokens=256)
+    b.first_token(ticket, now=0.0)
+    return ticket
+
+
 def observed_tpots(b: InflightBook, monkeypatch) -> list[float]:
     """The TPOT values ``b`` teaches its model, in order."""
     seen: list[float] = []
@@ -149,8 +156,7 @@ def test_tpot_is_learned_at_the_checkpoint_before_a_long_answer_ends(monkeypatch
     b = book()
     seen = observed_tpots(b, monkeypatch)
     # An answer of 256 tokens decoding at 80 ms a token: its 16th token comes 1.2 s in, 19 s before its end.
-    ticket = b.open("big", 10, prediction(tpot_ms=40.0), now=0.0, max_tokens=256)
-    b.first_token(ticket, now=0.0)
+    ticket = decoding_long_answer(b)
     b.progress(ticket, 8, now=0.56)  # before its checkpoint: nothing yet
     assert seen == []
     b.progress(ticket, 16, now=1.2)
@@ -163,8 +169,7 @@ def test_after_a_checkpoint_the_close_teaches_only_the_rest_of_the_decode(monkey
     b = book()
     seen = observed_tpots(b, monkeypatch)
     # 15 steps of 120 ms to the checkpoint, then 240 of 40 ms: the close teaches 40, not the mean (44.7).
-    ticket = b.open("big", 10, prediction(tpot_ms=40.0), now=0.0, max_tokens=256)
-    b.first_token(ticket, now=0.0)
+    ticket = decoding_long_answer(b)
     b.progress(ticket, 16, now=1.8)
     b.close(ticket, 256, now=1.8 + 240 * 0.04, ok=True)
     assert seen == [pytest.approx(120.0), pytest.approx(40.0)]
@@ -173,8 +178,7 @@ def test_after_a_checkpoint_the_close_teaches_only_the_rest_of_the_decode(monkey
 def test_a_request_failing_after_its_checkpoint_teaches_a_lower_bound_for_the_rest(monkeypatch):
     b = book()
     seen = observed_tpots(b, monkeypatch)
-    ticket = b.open("big", 10, prediction(tpot_ms=40.0), now=0.0, max_tokens=256)
-    b.first_token(ticket, now=0.0)
+    ticket = decoding_long_answer(b)
     b.progress(ticket, 16, now=0.6)
     b.close(ticket, 20, now=10.6, ok=False)  # cut off 10 s later with 240 tokens still to go at most
     assert seen[-1] == pytest.approx(10_000 / 240)

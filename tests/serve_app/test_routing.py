@@ -71,34 +71,40 @@ def test_inflight_counts_open_and_close_once(table):
     assert (view.inflight, view.inflight_prompt_tokens) == (0, 0)
 
 
-def test_finished_requests_train_the_variants_latency_model(table):
+def _routed(table, max_tokens: int):
+    """Both variants reporting, one 20-token request routed: (its variant, its prediction, TPOT at batch 1)."""
     table._snapshot = {"tiny": [_replica("a")], "small": [_replica("b", context_length=4096)]}
-    decision = table.decide(RequestFeatures(prompt_tokens=20, max_tokens=8))
+    decision = table.decide(RequestFeatures(prompt_tokens=20, max_tokens=max_tokens))
     assert decision.variant is not None
-    before = table._models[decision.variant].predict_tpot_ms(1.0)
+    return (
+        decision.variant,
+        decision.predictions[decision.variant],
+        table._models[decision.variant].predict_tpot_ms(1.0),
+    )
+
+
+def test_finished_requests_train_the_variants_latency_model(table):
+    variant, prediction, before = _routed(table, max_tokens=8)
     for _ in range(50):
-        ticket = table.open(decision.variant, 20, decision.predictions[decision.variant])
+        ticket = table.open(variant, 20, prediction)
         # TTFT 10 ms, then 9 more tokens over 9 s: a very slow 1000 ms per output token.
         now = time.monotonic()
         ticket.start, ticket.first_token_at = now - 9.010, now - 9.0
         table.close(ticket, 10, ok=True)
-    after = table._models[decision.variant].predict_tpot_ms(1.0)
+    after = table._models[variant].predict_tpot_ms(1.0)
     assert after > before  # the model moved toward what it observed
 
 
 def test_a_long_answer_trains_tpot_midway_before_it_ends(table):
-    table._snapshot = {"tiny": [_replica("a")], "small": [_replica("b", context_length=4096)]}
-    decision = table.decide(RequestFeatures(prompt_tokens=20, max_tokens=256))
-    assert decision.variant is not None
-    before = table._models[decision.variant].predict_tpot_ms(1.0)
+    variant, prediction, before = _routed(table, max_tokens=256)
     for _ in range(50):
-        ticket = table.open(decision.variant, 20, decision.predictions[decision.variant], max_tokens=256)
+        ticket = table.open(variant, 20, prediction, max_tokens=256)
         # 16 tokens in 15 s, 240 still to come: the checkpoint teaches a slow 1000 ms per output token now.
         now = time.monotonic()
         ticket.start, ticket.first_token_at = now - 15.010, now - 15.0
         table.progress(ticket, 8)  # before the checkpoint: nothing
         table.progress(ticket, 16)
-    after = table._models[decision.variant].predict_tpot_ms(1.0)
+    after = table._models[variant].predict_tpot_ms(1.0)
     assert after > before  # learned with every answer still open
 
 
