@@ -7,8 +7,8 @@ natural split's capacity, judged by the issue's bar), or ``python -m sim calibra
                   [--duration-s S]
     python -m sim calibrate --records records.jsonl --profile PROFILE [--replicas N] [--json out.json]
 
-PROFILE is a built-in name (``sim.profiles.BUILTIN_PROFILES``) or a JSON file of an
-:class:`~sim.profile.EngineProfile`.
+PROFILE is a built-in name (``engines.presets.PRESETS``) or a JSON file of an
+:class:`~engines.profile.EngineProfile`.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from typing import get_args
 
 from bench.records import read_jsonl
 from bench.routing import QUICK_FRACTIONS
+from engines.presets import PRESETS
+from engines.profile import EngineProfile
 from serve_app.config import ReplicaChoice
 from sim.calibrate import calibrate, render
-from sim.profile import EngineProfile
-from sim.profiles import BUILTIN_PROFILES
 from sim.scenario import ALL_POLICIES, ALL_SCALING, SCENARIOS, run_matrix, table
 from sim.sweep import render_sweep, sweep
 
@@ -99,8 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def load_profile(text: str) -> EngineProfile:
-    if text in BUILTIN_PROFILES:
-        return BUILTIN_PROFILES[text]
+    if text in PRESETS:
+        return PRESETS[text]
     return EngineProfile.model_validate_json(Path(text).read_text())
 
 

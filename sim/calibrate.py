@@ -14,8 +14,9 @@ from pydantic import BaseModel, Field
 
 from bench.records import RequestRecord
 from bench.summary import LatencyStats, Summary, summarize
+from engines.profile import EngineProfile
 from router import RouterConfig
-from sim.profile import EngineProfile
+from sim.seed import router_seed
 from sim.simulator import Simulation, SimVariant
 from sim.workload import record_requests
 
@@ -82,7 +83,7 @@ def calibrate(
         profile=profile,
         num_replicas=replicas,
         max_ongoing_requests=max_ongoing_requests or 1_000_000,
-        latency_profile=profile.latency_profile(),
+        latency_profile=router_seed(profile),
     )
     result = Simulation([variant], router).run(record_requests(served, router))
     measured = summarize(served)

@@ -17,8 +17,8 @@ import random
 from collections import deque
 from collections.abc import Iterator
 
+from engines.profile import EngineProfile
 from serve_app.config import ReplicaChoice
-from sim.profile import EngineProfile
 from sim.replica import ReplicaState, SimReplica
 from sim.request import SimRequest
 

@@ -28,11 +28,12 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from bench.arrivals import PoissonArrivals, SpikeArrivals
 from bench.summary import Summary, summarize
 from bench.workload import NormalLength, SloTier, WorkloadConfig
+from engines.presets import PRESETS
+from engines.profile import EngineProfile
 from router import RouterConfig
 from router.config import Policy
 from serve_app.config import AutoscalingSpec, ReplicaChoice
-from sim.profile import EngineProfile
-from sim.profiles import BUILTIN_PROFILES
+from sim.seed import router_seed
 from sim.simulator import SimResult, Simulation, SimVariant
 from sim.workload import Stream, sim_requests
 
@@ -49,7 +50,7 @@ class PoolSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str
-    profile: str | EngineProfile = Field(description="A name in sim.profiles.BUILTIN_PROFILES, or a profile.")
+    profile: str | EngineProfile = Field(description="A name in engines.presets.PRESETS, or a profile.")
     gpus: int = Field(ge=1, description="GPUs of the pool: its replicas when fully provisioned x GPUs each.")
     quality: float = Field(1.0, gt=0, le=1)
     cost_per_1k_tokens: float = Field(0.0, ge=0)
@@ -63,7 +64,7 @@ class PoolSpec(BaseModel):
     )
 
     def engine_profile(self) -> EngineProfile:
-        return BUILTIN_PROFILES[self.profile] if isinstance(self.profile, str) else self.profile
+        return PRESETS[self.profile] if isinstance(self.profile, str) else self.profile
 
     @property
     def pool_replicas(self) -> int:
@@ -78,7 +79,7 @@ class PoolSpec(BaseModel):
             cost_per_1k_tokens=self.cost_per_1k_tokens,
             max_ongoing_requests=self.max_ongoing_requests,
             num_replicas=self.pool_replicas,
-            latency_profile=profile.latency_profile(self.mean_output_tokens),
+            latency_profile=router_seed(profile, self.mean_output_tokens),
         )
         if scaling == "static":
             return base
@@ -244,7 +245,7 @@ def builtin_scenario(duration_s: float = 3600.0, rate_scale: float = 1.0) -> Sce
     pools = [
         PoolSpec(
             name="llama-8b-int4",
-            profile="llama-8b-int4-h200",
+            profile="h200-llama-3.1-8b-int4",
             gpus=32,
             quality=0.6,
             cost_per_1k_tokens=0.02,
@@ -255,7 +256,7 @@ def builtin_scenario(duration_s: float = 3600.0, rate_scale: float = 1.0) -> Sce
         ),
         PoolSpec(
             name="llama-70b-fp8",
-            profile="llama-70b-fp8-tp4-h200",
+            profile="h200-llama-3.1-70b-fp8-tp4",
             gpus=32,
             quality=0.9,
             cost_per_1k_tokens=0.15,
@@ -322,7 +323,7 @@ def heterogeneous_scenario(duration_s: float = 600.0, rate_scale: float = 1.0) -
     chat = _chat(tiers["interactive"])
     rag = _rag(NormalLength(mean=10000, std=4000, low=2000, high=28000), [tiers["standard"]])
     batch = _batch_jobs(tiers["batch"])
-    short_8b = BUILTIN_PROFILES["llama-8b-int4-h200"].model_copy(update={"context_length": 8192})
+    short_8b = PRESETS["h200-llama-3.1-8b-int4"].model_copy(update={"context_length": 8192})
     pools = [
         PoolSpec(
             name="llama-8b-int4-8k",
@@ -334,7 +335,7 @@ def heterogeneous_scenario(duration_s: float = 600.0, rate_scale: float = 1.0) -
         ),
         PoolSpec(
             name="llama-70b-fp8",
-            profile="llama-70b-fp8-tp4-h200",
+            profile="h200-llama-3.1-70b-fp8-tp4",
             gpus=16,
             quality=0.9,
             cost_per_1k_tokens=0.15,
@@ -370,7 +371,7 @@ def tiers_scenario(duration_s: float = 300.0, rate_scale: float = 1.0) -> Scenar
     chat_interactive, chat_standard = _chat(tiers["interactive"]), _chat(tiers["standard"])
     rag = _rag(NormalLength(mean=4000, std=1500, low=1500, high=12000), [tiers["standard"]])
     batch = _batch_jobs(tiers["batch"])
-    pools = _fast_and_slow_pools(BUILTIN_PROFILES["llama-8b-int4-h200"])
+    pools = _fast_and_slow_pools(PRESETS["h200-llama-3.1-8b-int4"])
     return Scenario(
         name="tiers: 18x H200, 8B INT4 (fast decode) + 70B BF16 TP2 (slow decode), chat at two tiers, RAG, batch",
         duration_s=duration_s,
@@ -410,7 +411,7 @@ def two_variant_scenario(duration_s: float = 300.0, rate_scale: float = 1.0) -> 
         update={"input_len": NormalLength(mean=600, std=300, low=32, high=router.length_threshold_tokens)}
     )
     long = _rag(NormalLength(mean=4000, std=2000, low=1500, high=16000), [tiers["standard"]])
-    pools = _fast_and_slow_pools(BUILTIN_PROFILES["llama-8b-int4-h200"].model_copy(update={"context_length": 8192}))
+    pools = _fast_and_slow_pools(PRESETS["h200-llama-3.1-8b-int4"].model_copy(update={"context_length": 8192}))
     rate = TWO_VARIANT_BASE_RATE * rate_scale
     return Scenario(
         name="two_variant: 18x H200, 8B INT4 (8k context, fast decode) + 70B BF16 TP2 (32k, slow decode), "
@@ -441,7 +442,7 @@ def _fast_and_slow_pools(fast: EngineProfile) -> list[PoolSpec]:
         ),
         PoolSpec(
             name="llama-70b-bf16-tp2",
-            profile="llama-70b-bf16-tp2-h200",
+            profile="h200-llama-3.1-70b-bf16-tp2",
             gpus=16,
             quality=0.9,
             cost_per_1k_tokens=0.1,

@@ -21,6 +21,7 @@ from typing import Any
 
 from bench.records import RequestRecord, slo_met, time_per_output_token
 from bench.replicas import ReplicaSample
+from engines.profile import EngineProfile
 from router import LatencyModel, LatencyProfile, RouterConfig, RouterState, VariantView, route
 from router.inflight import InflightBook
 from router.load import decode_pace
@@ -28,7 +29,6 @@ from serve_app.config import AutoscalingSpec, ReplicaChoice
 from serve_app.routing import REFRESH_PERIOD_S
 from sim.autoscaler import Policy, SimAutoscaler
 from sim.deployment import SimDeployment
-from sim.profile import EngineProfile
 from sim.replica import SimReplica
 from sim.request import SimRequest
 

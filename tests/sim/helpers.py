@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from bench.workload import Slo
+from engines.profile import EngineProfile
 from router import SLO, RequestFeatures
-from sim.profile import EngineProfile
 from sim.request import SimRequest
 
 

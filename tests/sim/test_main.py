@@ -42,7 +42,7 @@ def test_calibrate_reads_a_bench_records_file(tmp_path, capsys):
             "--records",
             str(records),
             "--profile",
-            "llama-8b-int4-h200",
+            "h200-llama-3.1-8b-int4",
             "--replicas",
             "32",
             "--max-ongoing-requests",

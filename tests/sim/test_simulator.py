@@ -8,6 +8,7 @@ from bench.summary import Summary, summarize
 from bench.workload import FixedLength, SloTier, WorkloadConfig
 from router import RouterConfig, SLOTier
 from serve_app.config import AutoscalingSpec
+from sim.seed import router_seed
 from sim.simulator import Simulation, SimVariant
 from sim.workload import Stream, sim_requests
 from tests.sim.helpers import profile
@@ -22,7 +23,7 @@ ROUTER = RouterConfig(
 
 def variant(name: str, **fields) -> SimVariant:
     p = fields.pop("profile", profile())
-    return SimVariant(name=name, profile=p, latency_profile=p.latency_profile(16), **fields)
+    return SimVariant(name=name, profile=p, latency_profile=router_seed(p, 16), **fields)
 
 
 def stream(rate: float, *, prompt: int = 200, out: int = 16, duration_tiers=True, arrivals=None) -> Stream:

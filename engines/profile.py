@@ -1,5 +1,9 @@
 """An engine performance model: how fast one replica of a variant prefills, decodes, and how much it holds.
 
+One model of an engine's time, two clocks: the simulator (``sim/``) steps it in virtual time and the emulated
+backend (:mod:`engines.emulated`) on the real clock; both admit and plan iterations with
+:class:`engines.batching.ContinuousBatch`, so there is one answer to "who runs" and "how long it takes".
+
 One replica is a continuous-batching engine that runs in *iterations*: each iteration decodes one token
 for every running sequence and prefills up to a token budget of waiting prompt tokens (chunked prefill,
 as TensorRT-LLM and vLLM do). Its duration is linear in the work::
@@ -8,15 +12,13 @@ as TensorRT-LLM and vLLM do). Its duration is linear in the work::
 
 so TPOT = step time with no prefill = a + b * (batch - 1), and TTFT = the queued prefill work ahead of a
 request and its own prompt, in budget-sized chunks, plus the decode steps those chunks share. The same
-shape as the router's :class:`~router.latency.LatencyModel`, which lets :meth:`EngineProfile.latency_profile`
-seed the router with what the simulated engine really does (as a measured profile would in production).
+shape as the router's :class:`~router.latency.LatencyModel`, which lets ``sim.seed.router_seed`` seed the
+router with what the modelled engine really does (as a measured profile would in production).
 """
 
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
-
-from router import LatencyProfile
 
 
 class EngineProfile(BaseModel):
@@ -52,7 +54,8 @@ class EngineProfile(BaseModel):
         2.0,
         ge=0,
         description="Fixed time a request spends outside the engine before its first token reaches the "
-        "client: ingress, routing, the Serve hops and streaming.",
+        "client: ingress, routing, the Serve hops and streaming. The simulator adds it; the emulated engine "
+        "does not (the real stack around it spends its own).",
     )
 
     @property
@@ -65,16 +68,6 @@ class EngineProfile(BaseModel):
             self.step_ms_at_batch_1
             + self.step_ms_per_extra_seq * max(decoding - 1, 0)
             + self.prefill_ms_per_token * prefill_tokens
-        )
-
-    def latency_profile(self, mean_output_tokens: float = 128.0) -> LatencyProfile:
-        """What a bench measurement of this engine would hand the router as its seed profile."""
-        return LatencyProfile(
-            prefill_tokens_per_s=self.prefill_tokens_per_s,
-            base_ttft_ms=self.step_ms_at_batch_1 + self.overhead_ms,
-            tpot_ms_at_batch_1=self.step_ms_at_batch_1,
-            tpot_ms_per_extra_seq=self.step_ms_per_extra_seq,
-            mean_output_tokens=mean_output_tokens,
         )
 
 

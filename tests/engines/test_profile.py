@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from sim.profile import Roofline
-from sim.profiles import BUILTIN_PROFILES
+from engines.presets import PRESETS
+from engines.profile import Roofline
+from sim.seed import router_seed
 from tests.sim.helpers import profile
 
 
@@ -17,7 +18,7 @@ def test_step_time_is_linear_in_decoding_sequences_and_prefill_tokens():
 
 
 def test_the_router_seed_is_the_engines_own_speed():
-    seed = profile(overhead_ms=3.0).latency_profile(mean_output_tokens=99)
+    seed = router_seed(profile(overhead_ms=3.0), mean_output_tokens=99)
     assert (seed.tpot_ms_at_batch_1, seed.tpot_ms_per_extra_seq, seed.prefill_tokens_per_s) == (10.0, 1.0, 10_000.0)
     assert seed.base_ttft_ms == pytest.approx(13.0)
     assert seed.mean_output_tokens == 99
@@ -55,6 +56,6 @@ def test_tensor_parallel_splits_the_weights_and_adds_all_reduces():
 
 
 def test_builtin_profiles_put_the_small_model_ahead_of_the_large_one():
-    small, large = BUILTIN_PROFILES["llama-8b-int4-h200"], BUILTIN_PROFILES["llama-70b-fp8-tp4-h200"]
+    small, large = PRESETS["h200-llama-3.1-8b-int4"], PRESETS["h200-llama-3.1-70b-fp8-tp4"]
     assert small.step_ms_at_batch_1 < large.step_ms_at_batch_1
     assert (small.gpus_per_replica, large.gpus_per_replica) == (1, 4)
