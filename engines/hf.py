@@ -22,12 +22,10 @@ from typing import Any
 
 from engines.coalesce import coalesce
 from engines.config import HFEngineConfig
-from engines.detokenizer import IncrementalDetokenizer
 from engines.errors import ContextTooLongError, EngineConfigError, EngineDeadError, OverloadedError
+from engines.output_text import OutputText, stop_token_ids
 from engines.protocol import (
     FINISH_ABORT,
-    FINISH_LENGTH,
-    FINISH_STOP,
     Delta,
     Engine,
     EngineStats,
@@ -35,16 +33,20 @@ from engines.protocol import (
     validate_request,
 )
 from engines.rate import TokenRate
-from engines.stop_strings import StopStringMatcher
 
 logger = logging.getLogger(__name__)
+
+# How long start() waits for the batch loop to build its processor (KV cache, scheduler): on a GPU the cache
+# takes most of its memory, which may take a while; a loop that needs longer than this is stuck.
+LOOP_START_TIMEOUT_S = 300.0
 
 
 class HFEngine(Engine):
     """A transformers model behind continuous batching."""
 
-    def __init__(self, config: HFEngineConfig) -> None:
+    def __init__(self, config: HFEngineConfig, *, loop_start_timeout_s: float = LOOP_START_TIMEOUT_S) -> None:
         self.config = config
+        self.loop_start_timeout_s = loop_start_timeout_s
         self.tokenizer: Any = None
         self.model: Any = None
         self._manager: Any = None
@@ -141,7 +143,39 @@ class HFEngine(Engine):
                 generation_config=gen_config, continuous_batching_config=cb_config
             )
             self._manager.start()
+        self._wait_for_batch_processor()
         logger.info("hf engine ready: %s on %s/%s, context %d", cfg.model, device, dtype, self._context_length)
+
+    def _wait_for_batch_processor(self) -> None:
+        """Blocks until the batch loop has built its processor, so that stats() reports the real KV cache from
+        the moment start() returns (a replica the router and the autoscaler see with no capacity is no use).
+
+        transformers 5.24 builds the processor (cache, scheduler) on the loop's own thread after
+        ``manager.start()`` has returned (``ContinuousBatchingManager._run_generation_loop``) and signals nothing
+        when it is done, hence a bounded poll; a loop that dies first records its error in the thread status.
+        """
+        manager = self._manager
+        deadline = time.monotonic() + self.loop_start_timeout_s
+        while manager.batch_processor is None:
+            status = manager.background_thread_status
+            if status.fatal_error is not None or not manager.is_running():
+                self._abandon_manager()
+                raise EngineConfigError(
+                    "engine: the batch loop failed while building its KV cache and scheduler "
+                    f"(engine.num_blocks, engine.max_batch_tokens): {status.fatal_error or 'it exited'}"
+                )
+            if time.monotonic() > deadline:
+                self._abandon_manager()
+                raise EngineDeadError(
+                    f"The engine's batch loop did not build its KV cache within {self.loop_start_timeout_s:g} s."
+                )
+            time.sleep(0.01)
+
+    def _abandon_manager(self) -> None:
+        """Stops a manager whose loop failed to start (bounded: a stuck loop must not hold start() forever)."""
+        manager, self._manager = self._manager, None
+        self._stopped = True
+        manager.stop(block=True, timeout=10.0)
 
     async def shutdown(self) -> None:
         self._stopped = True
@@ -260,9 +294,8 @@ class HFEngine(Engine):
         loop = asyncio.get_running_loop()
         rid = f"{request.request_id}#{next(self._ids)}"
         outputs: asyncio.Queue[Any] = asyncio.Queue()
-        stop_ids = set(s.stop_token_ids) | (set() if s.ignore_eos else set(self._eos_ids))
-        detok = IncrementalDetokenizer(self.tokenizer, skip_special_tokens=True)
-        stops = StopStringMatcher(s.stop)
+        stop_ids = stop_token_ids(s, self._eos_ids)
+        output = OutputText(self.tokenizer, s, stop_ids)
         prompt_tokens = len(request.prompt_token_ids)
 
         manager.register_result_handler(rid, outputs.put_nowait)
@@ -293,18 +326,9 @@ class HFEngine(Engine):
                 if first_token_time is None and new_ids:
                     first_token_time = time.time()
                 last_token_at = self._rate.delivered(len(new_ids), last_token_at)
-                finish: str | None = None
-                text_ids = new_ids
-                if new_ids and new_ids[-1] in stop_ids:
-                    finish, text_ids = FINISH_STOP, new_ids[:-1]  # a stop token is not part of the text
-                elif out.is_finished():
-                    finish = FINISH_LENGTH if seen >= s.max_tokens else FINISH_STOP
-                text, stopped = stops.feed(detok.add(text_ids))
-                if stopped:
-                    finish = FINISH_STOP
-                elif finish is not None:
-                    tail, _ = stops.feed(detok.flush())
-                    text += tail + stops.flush()
+                text, finish = output.feed(
+                    new_ids, engine_finished=out.is_finished(), length_reached=seen >= s.max_tokens
+                )
                 if finish is not None:
                     finished = out.is_finished()  # a stop string ends us before the manager does
                 yield Delta(

@@ -8,7 +8,13 @@ import contextlib
 import pytest
 
 from engines.config import HFEngineConfig
-from engines.errors import ContextTooLongError, EngineDeadError, InvalidRequestError, ModelNotFoundError
+from engines.errors import (
+    ContextTooLongError,
+    EngineConfigError,
+    EngineDeadError,
+    InvalidRequestError,
+    ModelNotFoundError,
+)
 from engines.hf import HFEngine
 from engines.protocol import GenerationRequest, SamplingParams
 
@@ -177,6 +183,30 @@ async def test_stats_report_kv_blocks_and_limits(engine):
     assert stats.context_length == engine.context_length
     assert stats.healthy
     await engine.check_health()
+
+
+async def test_an_engine_reports_its_limits_as_soon_as_start_returns():
+    """No request has run yet: the batch loop's KV cache must already be counted (the router and the autoscaler
+    read these figures the moment a replica is ready)."""
+    eng = HFEngine(HFEngineConfig(model="builtin:tiny", device="cpu", num_threads=1, max_running_requests=8))
+    await eng.start()
+    try:
+        stats = eng.stats()
+        assert stats.kv_blocks_total > 0
+        assert stats.kv_blocks_used == 0
+        assert stats.max_running_requests == 8
+        assert stats.context_length == eng.context_length > 0
+        assert stats.healthy
+    finally:
+        await eng.shutdown()
+
+
+async def test_a_kv_cache_that_cannot_be_built_fails_start_with_a_config_error():
+    eng = HFEngine(HFEngineConfig(model="builtin:tiny", device="cpu", num_threads=1, num_blocks=10**12))
+    with pytest.raises(EngineConfigError, match="KV cache"):
+        await eng.start()
+    with pytest.raises(EngineDeadError):
+        await eng.check_health()
 
 
 async def test_a_hung_batch_loop_fails_the_health_check():

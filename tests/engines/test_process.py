@@ -189,6 +189,20 @@ async def test_errors_raised_in_the_child_keep_their_type_and_fields(engine):
     await _wait_idle(engine)
 
 
+async def test_the_child_s_limits_are_known_as_soon_as_start_returns():
+    """The ready message carries the started engine's stats: no wait for the first push, nor a first request."""
+    eng = ProcessEngine(CONFIG)
+    await eng.start()
+    try:
+        stats = eng.stats()
+        assert stats.kv_blocks_total > 0
+        assert stats.max_running_requests == CONFIG.max_running_requests
+        assert stats.context_length == eng.context_length > 0
+        assert stats.healthy
+    finally:
+        await eng.shutdown()
+
+
 async def test_a_start_error_in_the_child_surfaces_with_its_message():
     eng = ProcessEngine(HFEngineConfig(model="builtin:no-such-model", device="cpu"))
     with pytest.raises(ModelNotFoundError, match="no-such-model"):
