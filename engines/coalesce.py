@@ -55,9 +55,11 @@ async def coalesce(source: AsyncIterator[Delta], interval_s: float) -> AsyncGene
     sent_any = False
     try:
         while True:
-            if pending is None:
-                pending = asyncio.ensure_future(anext(source))
             if buffer:
+                # Holding tokens: wait for the engine's next delta only until the interval is over. The pull
+                # runs as a task so that the timeout leaves it (and the engine request) alive.
+                if pending is None:
+                    pending = asyncio.ensure_future(anext(source))
                 timeout = max(0.0, last_yield + interval_s - loop.time())
                 done, _ = await asyncio.wait((pending,), timeout=timeout)
                 if not done:  # interval over: send what we have, keep waiting for the engine
@@ -65,10 +67,17 @@ async def coalesce(source: AsyncIterator[Delta], interval_s: float) -> AsyncGene
                     buffer = []
                     last_yield = loop.time()
                     continue
-            else:
-                await asyncio.wait((pending,))
+                pull, pending = pending, None
             try:
-                delta = pending.result()
+                if buffer:
+                    delta = pull.result()
+                elif pending is not None:  # the pull that outlived the last interval
+                    delta = await pending
+                    pending = None
+                else:
+                    # Nothing held: await the engine directly, with no task or timer (one of each per token per
+                    # stream was most of this function's CPU when deltas come slower than the interval).
+                    delta = await anext(source)
             except StopAsyncIteration:
                 pending = None
                 if buffer:
@@ -80,13 +89,14 @@ async def coalesce(source: AsyncIterator[Delta], interval_s: float) -> AsyncGene
                 if buffer:
                     yield merge_deltas(buffer)
                 raise
-            pending = None
             buffer.append(delta)
-            if delta.finished or not sent_any:
-                # The first token goes out at once; the final delta needs no more waiting.
+            now = loop.time()
+            if delta.finished or not sent_any or now >= last_yield + interval_s:
+                # The first token goes out at once, the final delta needs no more waiting, and a delta that
+                # comes after the interval is over has waited long enough.
                 yield merge_deltas(buffer)
                 buffer = []
-                last_yield = loop.time()
+                last_yield = now
                 sent_any = True
                 if delta.finished:
                     return

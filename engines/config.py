@@ -9,7 +9,10 @@ from __future__ import annotations
 import string
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from engines.presets import EMULATED_PREFIX, PRESETS
+from engines.profile import EngineProfile
 
 
 class _Strict(BaseModel):
@@ -280,5 +283,79 @@ class OpenAIServerEngineConfig(_Strict):
         return command
 
 
+class EmulatedEngineConfig(_Strict):
+    """An engine that keeps a real engine's time without doing its work (engines/emulated.py, docs/emulated.md).
+
+    It steps the profile's continuous batch on the real clock and streams real token ids of ``tokenizer``
+    (a walk through a shipped text, so the text is readable, Chinese included) through the same detokenizer,
+    stop-string and coalescing path as the real backends, for almost no CPU.
+    """
+
+    backend: Literal["emulated"] = "emulated"
+    preset: str | None = Field(
+        None,
+        description="A named profile of engines/presets.py (e.g. 'h200-llama-3.1-8b-int4'); None: 'profile' "
+        "gives every figure.",
+    )
+    profile: dict[str, Any] = Field(
+        default_factory=dict,
+        description="EngineProfile figures (engines/profile.py): with a preset, the ones that differ from it "
+        "(e.g. max_running_requests); without one, all of them.",
+    )
+    tokenizer: str = Field(
+        "builtin:tiny",
+        description="The tokenizer whose ids the engine streams and whose vocabulary bounds prompts (a path or "
+        "'builtin:<name>'); the ingress must use the same one.",
+    )
+    startup_time_scale: float = Field(
+        1.0,
+        ge=0,
+        description="Start-up takes the profile's startup_s times this (0: at once). 1 keeps the real engine's "
+        "cold start, which is what autoscaling should see.",
+    )
+    max_queued_requests: int = Field(
+        1024, ge=0, description="Requests waiting for a batch slot; beyond this the engine answers overloaded (429)."
+    )
+    kv_block_tokens: int = Field(
+        32, ge=1, description="Tokens per KV cache block in the stats (TensorRT-LLM's tokens_per_block default)."
+    )
+    seed: int = Field(
+        0, description="Seeds where requests without a seed start in the text (greedy requests start by prompt)."
+    )
+    coalesce: CoalesceConfig = Field(default_factory=CoalesceConfig)
+
+    @field_validator("preset")
+    @classmethod
+    def _known_preset(cls, preset: str | None) -> str | None:
+        if preset is not None and preset.removeprefix(EMULATED_PREFIX) not in PRESETS:
+            raise ValueError(f"unknown preset {preset!r}; known: {', '.join(sorted(PRESETS))}")
+        return None if preset is None else preset.removeprefix(EMULATED_PREFIX)
+
+    @model_validator(mode="after")
+    def _profile_is_complete(self) -> EmulatedEngineConfig:
+        # Resolved once here, so that a wrong or missing figure fails at deploy time with its name.
+        try:
+            self.engine_profile()
+        except ValidationError as e:
+            problems = "; ".join(f"profile.{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())
+            raise ValueError(problems) from None
+        return self
+
+    def engine_profile(self) -> EngineProfile:
+        """The preset with ``profile``'s figures over it (or ``profile`` alone)."""
+        if self.preset is None:
+            return EngineProfile.model_validate(self.profile)
+        base = PRESETS[self.preset]
+        return EngineProfile.model_validate({**base.model_dump(), **self.profile}) if self.profile else base
+
+    @property
+    def model(self) -> str:
+        """What /variants shows as the variant's model."""
+        return EMULATED_PREFIX + (self.preset or "inline")
+
+
 # pydantic picks the member by ``backend`` (and names it in errors).
-EngineConfig = Annotated[HFEngineConfig | TRTLLMEngineConfig | OpenAIServerEngineConfig, Field(discriminator="backend")]
+EngineConfig = Annotated[
+    HFEngineConfig | TRTLLMEngineConfig | OpenAIServerEngineConfig | EmulatedEngineConfig,
+    Field(discriminator="backend"),
+]

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from engines.config import EngineConfig, HFEngineConfig, OpenAIServerEngineConfig, TRTLLMEngineConfig
+from engines.config import (
+    EmulatedEngineConfig,
+    EngineConfig,
+    HFEngineConfig,
+    OpenAIServerEngineConfig,
+    TRTLLMEngineConfig,
+)
 from engines.errors import EngineConfigError
 from engines.protocol import Engine
 
@@ -26,4 +32,8 @@ def make_engine(config: EngineConfig) -> Engine:
         from engines.openai_server import OpenAIServerEngine
 
         return OpenAIServerEngine(config)
+    if isinstance(config, EmulatedEngineConfig):
+        from engines.emulated import EmulatedEngine
+
+        return EmulatedEngine(config)
     raise EngineConfigError(f"engine.backend: unknown backend {getattr(config, 'backend', None)!r}")

@@ -1,0 +1,329 @@
+"""The emulated engine: a real engine's time on the real clock, without its work.
+
+It runs the same continuous batch as the simulator (:class:`engines.batching.ContinuousBatch`, timed by an
+:class:`~engines.profile.EngineProfile`) with **one asyncio timer per iteration**, never one per token: at an
+iteration's end every decoding sequence gets its next token, the prompts it prefilled get their first one,
+finished sequences free their slot and KV reservation, the queue is admitted and the next iteration is
+planned. Tokens are real ids of the variant's tokenizer (:class:`engines.token_source.TokenSource`) and each
+request's stream turns them into text through the same detokenizer, stop-string and coalescing path as the
+real backends (:class:`engines.output_text.OutputText`, :func:`engines.coalesce.coalesce`), so every
+per-token code path of the stack runs, at the token rates of the engine the profile describes.
+
+Iterations are scheduled on the engine's own timeline (the next one starts where the last one was planned to
+end), so an event loop that is a little late now and then does not slow the engine down; one that falls
+behind by more than an iteration restarts the timeline from now, as a real engine on a starved host would.
+
+What it costs is kept apart from the stream path it shares with the real backends: ``scheduler_cpu_s`` is
+the CPU spent in the iteration callbacks (scheduling, drawing tokens, waking streams), ``generated_tokens``
+the tokens they made.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import random
+import time
+from collections.abc import AsyncGenerator, AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from engines.batching import ContinuousBatch, Iteration
+from engines.coalesce import coalesce
+from engines.config import EmulatedEngineConfig
+from engines.errors import ContextTooLongError, EngineConfigError, EngineDeadError, OverloadedError
+from engines.output_text import OutputText, stop_token_ids
+from engines.protocol import Delta, Engine, EngineStats, GenerationRequest, validate_request
+from engines.rate import TokenRate
+from engines.token_source import TokenSource
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(eq=False, slots=True)
+class _Sequence:
+    """One request inside the emulated engine (what :class:`ContinuousBatch` schedules)."""
+
+    prompt_tokens: int
+    max_tokens: int
+    cursor: int  # the next position in the token source
+    stop_ids: frozenset[int]
+    eos_id: int | None  # what the "model" says at a paragraph's end; None: ignore_eos (read on)
+    remaining_prefill: int = 0
+    generated: int = 0
+    decoding: bool = False
+    finished: bool = False  # the engine ended it (max_tokens, EOS, a stop token id)
+    aborted: bool = False  # its stream closed first
+    new_ids: list[int] = field(default_factory=list)  # made since its stream last took them
+    first_token_time: float | None = None
+    last_token_at: float = 0.0  # loop time of its previous token, for the decode pace
+    waiter: asyncio.Future[None] | None = None
+
+    @property
+    def kv_tokens(self) -> int:
+        return self.prompt_tokens + self.max_tokens
+
+
+class EmulatedEngine(Engine):
+    """See the module docstring."""
+
+    def __init__(self, config: EmulatedEngineConfig) -> None:
+        self.config = config
+        self.profile = config.engine_profile()
+        self.tokenizer: Any = None
+        self._source: TokenSource | None = None
+        self._eos_ids: list[int] = []
+        self._vocab_size = 0
+        self._batch: ContinuousBatch[_Sequence] = ContinuousBatch(self.profile)
+        self._decoding: list[_Sequence] = []
+        self._aborted: list[_Sequence] = []  # admitted sequences whose stream closed: freed at the iteration's end
+        self._live: set[_Sequence] = set()  # every sequence whose stream is open
+        self._iteration: Iteration[_Sequence] | None = None
+        self._iteration_end = 0.0  # loop time the current iteration ends
+        self._timer: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._rng = random.Random(config.seed)
+        self._rate = TokenRate()
+        self._started = False
+        self._stopped = False
+        self.scheduler_cpu_s = 0.0
+        self.generated_tokens = 0
+        self.iterations = 0
+
+    # ---------------------------------------------------------------- lifecycle
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self.tokenizer, self._source = await asyncio.to_thread(self._load_tokens)
+        eos = self.tokenizer.eos_token_id
+        self._eos_ids = [] if eos is None else [int(eos)]
+        self._vocab_size = len(self.tokenizer)
+        # A real engine's cold start (weights, warm-up), so that autoscaling sees what it would in production.
+        await asyncio.sleep(self.profile.startup_s * self.config.startup_time_scale)
+        self._started = True
+        logger.info(
+            "emulated engine ready: %s (%s), context %d, %d batch slots",
+            self.config.model,
+            self.profile.source or "inline figures",
+            self.profile.context_length,
+            self.profile.max_running_requests,
+        )
+
+    def _load_tokens(self) -> tuple[Any, TokenSource]:
+        from transformers import AutoTokenizer
+
+        from engines.builtin import resolve_model
+
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(resolve_model(self.config.tokenizer))
+        except (OSError, ValueError) as e:
+            raise EngineConfigError(f"engine.tokenizer: cannot load {self.config.tokenizer!r}: {e}") from e
+        return tokenizer, TokenSource(tokenizer)
+
+    async def shutdown(self) -> None:
+        self._stopped = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        for seq in list(self._live):  # open streams end with EngineDeadError, as the contract says
+            seq.finished = True
+            self._wake(seq)
+
+    async def check_health(self) -> None:
+        if self._stopped or not self._started:
+            raise EngineDeadError("The engine is not running.")
+
+    @property
+    def context_length(self) -> int:
+        return self.profile.context_length
+
+    # ---------------------------------------------------------------- stats
+
+    def stats(self) -> EngineStats:
+        batch, profile = self._batch, self.profile
+        block = self.config.kv_block_tokens
+        running = [*self._decoding, *batch.prefilling]
+        now = time.monotonic()
+        return EngineStats(
+            queued_requests=len(batch.waiting),
+            running_requests=batch.running,
+            queued_prompt_tokens=batch.queued_prompt_tokens,
+            # GUARANTEED_NO_EVICT reserves a sequence's whole context at admission: that is what is "used".
+            kv_blocks_used=math.ceil(batch.kv_used / block),
+            kv_blocks_total=profile.kv_cache_tokens // block,
+            tokens_per_s=self._rate.rate(now),
+            recent_tpot_ms=self._rate.tpot_ms(now),
+            recent_decode_batch=self._rate.decode_batch(now),
+            context_tokens=sum(s.prompt_tokens - s.remaining_prefill + s.generated for s in running),
+            healthy=self._started and not self._stopped,
+            context_length=profile.context_length,
+            max_running_requests=profile.max_running_requests,
+            # Streams still open and sequences still scheduled, each once: 0 when idle, more means a leak.
+            registered_requests=len(self._live.union(running, batch.waiting, self._aborted)),
+        )
+
+    # ---------------------------------------------------------------- generation
+
+    def generate(self, request: GenerationRequest) -> AsyncGenerator[Delta, None]:
+        return coalesce(self._stream(request), self.config.coalesce.interval_ms / 1000.0)
+
+    def _admit_check(self, request: GenerationRequest) -> None:
+        if not self._started or self._stopped:
+            raise EngineDeadError("The engine is not running.")
+        validate_request(request, context_length=self.context_length, vocab_size=self._vocab_size)
+        prompt_len, max_tokens = len(request.prompt_token_ids), request.sampling.max_tokens
+        if prompt_len + max_tokens > self.context_length:
+            raise ContextTooLongError(
+                f"This model's context length is {self.context_length} tokens, but {prompt_len + max_tokens} "
+                f"were requested ({prompt_len} in the prompt, {max_tokens} for the output): "
+                "shorten the prompt or lower max_tokens.",
+                prompt_tokens=prompt_len,
+                context_length=self.context_length,
+            )
+        if len(self._batch.waiting) >= self.config.max_queued_requests:
+            raise OverloadedError(
+                f"The engine has {len(self._batch.waiting)} requests waiting "
+                f"(limit {self.config.max_queued_requests}).",
+                retry_after_s=1.0,
+            )
+
+    async def _stream(self, request: GenerationRequest) -> AsyncIterator[Delta]:
+        self._admit_check(request)
+        assert self._source is not None and self._loop is not None
+        s = request.sampling
+        stop_ids = stop_token_ids(s, self._eos_ids)
+        seq = _Sequence(
+            prompt_tokens=len(request.prompt_token_ids),
+            max_tokens=s.max_tokens,
+            cursor=self._source.start(request.prompt_token_ids, s.seed, s.greedy, self._rng),
+            stop_ids=frozenset(stop_ids),
+            eos_id=None if s.ignore_eos or not self._eos_ids else self._eos_ids[0],
+        )
+        output = OutputText(self.tokenizer, s, stop_ids)
+        self._live.add(seq)
+        self._batch.enqueue(seq)
+        self._batch.admit()  # as the simulator does; its prefill starts with the next iteration
+        if self._timer is None:  # idle: that iteration starts now
+            self._plan(self._loop.time())
+        try:
+            while True:
+                if not seq.new_ids and not seq.finished:
+                    seq.waiter = self._loop.create_future()
+                    await seq.waiter
+                if self._stopped:
+                    raise EngineDeadError("The engine shut down during this request.")
+                new_ids, seq.new_ids = seq.new_ids, []
+                text, finish = output.feed(
+                    new_ids, engine_finished=seq.finished, length_reached=seq.generated >= s.max_tokens
+                )
+                yield Delta(
+                    text=text,
+                    token_ids=new_ids,
+                    finish_reason=finish,
+                    prompt_tokens=seq.prompt_tokens,
+                    completion_tokens=seq.generated,
+                    first_token_time=seq.first_token_time,
+                    arrival_time=request.arrival_time,
+                )
+                if finish is not None:
+                    return
+        finally:
+            self._live.discard(seq)
+            seq.waiter = None
+            if not seq.finished:
+                self._abort(seq)
+
+    def _abort(self, seq: _Sequence) -> None:
+        seq.aborted = True
+        if seq in self._batch.waiting:
+            self._batch.cancel(seq, decoding=False)  # not in any iteration yet: free it now
+        elif self._timer is None:
+            self._batch.cancel(seq, decoding=seq.decoding)
+        else:
+            self._aborted.append(seq)  # it may be in the running iteration's chunk: free it at its end
+
+    @staticmethod
+    def _wake(seq: _Sequence) -> None:
+        waiter = seq.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    # ---------------------------------------------------------------- the iteration loop
+
+    def _plan(self, start: float) -> None:
+        """Plans the next iteration from ``start`` (loop time) and sets its one timer; idle when nothing runs."""
+        assert self._loop is not None
+        iteration = self._iteration = self._batch.plan()
+        if iteration is None:
+            self._timer = None
+            return
+        self._iteration_end = start + iteration.duration_s
+        self._timer = self._loop.call_at(self._iteration_end, self._end_iteration)
+
+    def _end_iteration(self) -> None:
+        cpu_started = time.thread_time()
+        assert self._loop is not None and self._source is not None and self._iteration is not None
+        iteration, planned_end = self._iteration, self._iteration_end
+        wall = time.time()
+        now = time.monotonic()
+        made = 0
+        decode_s = 0.0
+        # Every sequence that decoded during the iteration makes its next token.
+        still: list[_Sequence] = []
+        for seq in self._decoding:
+            if seq.aborted:
+                continue
+            self._next_token(seq)
+            decode_s += now - seq.last_token_at
+            seq.last_token_at = now
+            made += 1
+            if seq.finished:
+                self._batch.finish(seq)
+            else:
+                still.append(seq)
+            self._wake(seq)
+        self._decoding = still
+        if made:
+            self._rate.add(made, now, decode_s)
+        # The prompts it completed make their first token.
+        first = 0
+        for seq in self._batch.complete_prefill(iteration):
+            seq.decoding = True
+            if seq.aborted:
+                continue
+            seq.first_token_time = wall
+            seq.last_token_at = now
+            self._next_token(seq)
+            first += 1
+            if seq.finished:
+                self._batch.finish(seq)
+            else:
+                self._decoding.append(seq)
+            self._wake(seq)
+        if first:
+            self._rate.add(first, now)  # a first token's wait is TTFT, not decode
+        for seq in self._aborted:
+            self._batch.cancel(seq, decoding=seq.decoding)
+        self._aborted.clear()
+        self.generated_tokens += made + first
+        self.iterations += 1
+        self._batch.admit()
+        # The engine's own timeline; a loop that fell more than an iteration behind restarts it from now.
+        loop_now = self._loop.time()
+        self._plan(planned_end if loop_now - planned_end < iteration.duration_s else loop_now)
+        self.scheduler_cpu_s += time.thread_time() - cpu_started
+
+    def _next_token(self, seq: _Sequence) -> None:
+        """Appends the sequence's next token and decides whether the engine ends it there."""
+        source = self._source
+        assert source is not None
+        if seq.eos_id is not None and seq.generated and seq.cursor in source.paragraph_ends:
+            token = seq.eos_id  # the paragraph is over: the "model" says EOS
+        else:
+            token = source.ids[seq.cursor % len(source.ids)]
+        seq.cursor = seq.cursor % len(source.ids) + 1
+        seq.generated += 1
+        seq.new_ids.append(token)
+        if seq.generated >= seq.max_tokens or token in seq.stop_ids:
+            seq.finished = True
