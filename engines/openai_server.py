@@ -120,6 +120,7 @@ class ServerLoad:
     running: int | None = None
     kv_used: int = 0
     kv_total: int = 0
+    max_running: int = 0  # batch slots (trtllm-serve's maxNumActiveRequests); 0: not said
 
 
 def parse_metrics(content_type: str, body: str, open_requests: int) -> ServerLoad | None:
@@ -128,7 +129,7 @@ def parse_metrics(content_type: str, body: str, open_requests: int) -> ServerLoa
         entries = json.loads(body)
         if isinstance(entries, list) and entries and isinstance(entries[-1], dict):
             queued, running, kv_used, kv_total = iteration_load(entries[-1], open_requests)
-            return ServerLoad(queued, running, kv_used, kv_total)
+            return ServerLoad(queued, running, kv_used, kv_total, int(entries[-1].get("maxNumActiveRequests", 0)))
         return None  # no iteration since the last read: entries are consumed when read
     from prometheus_client.parser import text_string_to_metric_families
 
@@ -231,10 +232,14 @@ class OpenAIServerEngine(Engine):
         try:
             await self._wait_until_healthy()
             self._context_length = await self._resolve_context_length()
+            # One read before start() returns: whatever the server says about its capacity (a vLLM KV cache)
+            # is in stats() from the moment this replica counts as ready.
+            has_metrics = await self._read_metrics()
         except BaseException:
             await self.shutdown()
             raise
-        self._stats_task = asyncio.create_task(self._poll_metrics(), name="openai-server-metrics")
+        if has_metrics:
+            self._stats_task = asyncio.create_task(self._poll_metrics(), name="openai-server-metrics")
 
     def _start_process(self, argv: list[str]) -> None:
         fd, log_name = tempfile.mkstemp(prefix="openai-server-", suffix=".log")
@@ -371,25 +376,31 @@ class OpenAIServerEngine(Engine):
         raise EngineDeadError(self._dead_reason("the engine server ended the stream before the request finished"))
 
     async def _poll_metrics(self) -> None:
+        while True:
+            await asyncio.sleep(self._config.stats_interval_s)
+            if not await self._read_metrics():
+                return
+
+    async def _read_metrics(self) -> bool:
+        """Reads the server's load once into ``self._load``; False when there is nothing to poll (no
+        ``metrics_path``, or the server has no such endpoint)."""
         path = self._config.metrics_path
         if path is None:
-            return
-        client = self._client_or_dead()
-        while True:
-            try:
-                response = await client.get(path, timeout=self._config.health_timeout_s)
-                if response.status_code == 404:
-                    logger.info("engine server has no %s: load falls back to open streams", path)
-                    return
-                if response.status_code == 200:
-                    load = parse_metrics(response.headers.get("content-type", ""), response.text, self._open)
-                    if load is not None:
-                        self._load = load
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:  # metrics are best effort; health checks catch a dead server
-                logger.debug("engine server metrics unavailable: %r", e)
-            await asyncio.sleep(self._config.stats_interval_s)
+            return False
+        try:
+            response = await self._client_or_dead().get(path, timeout=self._config.health_timeout_s)
+            if response.status_code == 404:
+                logger.info("engine server has no %s: load falls back to open streams", path)
+                return False
+            if response.status_code == 200:
+                load = parse_metrics(response.headers.get("content-type", ""), response.text, self._open)
+                if load is not None:
+                    self._load = load
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # metrics are best effort; health checks catch a dead server
+            logger.debug("engine server metrics unavailable: %r", e)
+        return True
 
     def stats(self) -> EngineStats:
         load = self._load or ServerLoad()
@@ -405,6 +416,7 @@ class OpenAIServerEngine(Engine):
             recent_decode_batch=self._rate.decode_batch(now),
             healthy=self._closed is None and self._exit_reason() is None,
             context_length=self._context_length,
+            max_running_requests=load.max_running,
         )
 
     async def check_health(self) -> None:

@@ -163,6 +163,7 @@ class TRTLLMEngine(Engine):
         self._llm: Any = None
         self._sampling_params_cls: Any = None
         self._context_length = 0
+        self._max_batch_size = 0  # batch slots; 0: unknown (see _resolve_max_batch_size)
         self._checkpoint: CheckpointInfo | None = None
         self._open: dict[str, Any] = {}  # request_id -> RequestOutput, for stats and shutdown
         self._iteration_stats: dict[str, Any] | None = None
@@ -207,6 +208,7 @@ class TRTLLMEngine(Engine):
         except (ValueError, TypeError, RuntimeError, OSError) as e:
             raise EngineConfigError(f"TensorRT-LLM could not load {model!r}: {e}") from e
         self._context_length = self._resolve_context_length()
+        self._max_batch_size = self._resolve_max_batch_size()
         self._stats_task = asyncio.create_task(self._poll_stats(), name="trtllm-stats")
 
     def _resolve_context_length(self) -> int:
@@ -219,6 +221,16 @@ class TRTLLMEngine(Engine):
             if isinstance(candidate, int) and candidate > 0:
                 return candidate
         raise EngineConfigError(f"cannot tell the context length of {self._config.model!r}: set engine.max_seq_len.")
+
+    def _resolve_max_batch_size(self) -> int:
+        """The batch slots, known from the moment the LLM is built: ours, else the LLM's resolved arguments
+        (TorchLlmArgs.max_batch_size defaults to 2048); 0 leaves it to the iteration stats
+        (maxNumActiveRequests), which TensorRT-LLM only produces once requests run.
+
+        The KV cache's size has no such early source in the LLM API this backend uses: it comes only with the
+        iteration stats' kvCacheStats, so kv_blocks_total stays 0 ("unknown" to the router) until then."""
+        candidate = self._config.max_batch_size or getattr(getattr(self._llm, "args", None), "max_batch_size", None)
+        return candidate if isinstance(candidate, int) and candidate > 0 else 0
 
     def generate(self, request: GenerationRequest) -> AsyncGenerator[Delta, None]:
         return coalesce(self._stream(request), self._config.coalesce.interval_ms / 1000.0)
@@ -339,7 +351,7 @@ class TRTLLMEngine(Engine):
         # kvCacheStats carries tokensPerBlock beside the block counts (TensorRT-LLM's own test of the iteration
         # stats asserts it, tests/unittest/llmapi); without it the context is unknown (0).
         tokens_per_block = int(((self._iteration_stats or {}).get("kvCacheStats") or {}).get("tokensPerBlock", 0))
-        max_running = self._config.max_batch_size or int((self._iteration_stats or {}).get("maxNumActiveRequests", 0))
+        max_running = self._max_batch_size or int((self._iteration_stats or {}).get("maxNumActiveRequests", 0))
         now = time.monotonic()
         return EngineStats(
             queued_requests=queued,

@@ -19,12 +19,16 @@ from pathlib import Path
 
 import psutil
 import pytest
+from starlette.applications import Starlette
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Route
 
 from engines.config import OpenAIServerEngineConfig
 from engines.errors import EngineConfigError, EngineDeadError, InvalidRequestError
 from engines.factory import make_engine
 from engines.openai_server import completion_body, parse_metrics, server_argv
 from engines.protocol import FINISH_LENGTH, FINISH_STOP, GenerationRequest, SamplingParams
+from tests.bench.fake_openai import ServerThread
 
 TRANSFORMERS_SERVE = [
     str(Path(sys.executable).parent / "transformers"),
@@ -228,6 +232,7 @@ def test_trtllm_serve_iteration_stats_are_read():
     ]
     load = parse_metrics("application/json", json.dumps(stats), open_requests=4)
     assert (load.running, load.queued, load.kv_used, load.kv_total) == (3, 1, 7, 100)
+    assert load.max_running == 0  # not in these entries: unknown
     assert parse_metrics("application/json", "[]", open_requests=4) is None  # nothing new since last read
 
 
@@ -243,6 +248,48 @@ def test_vllm_prometheus_metrics_are_read():
     load = parse_metrics("text/plain; version=0.0.4", text, open_requests=0)
     assert (load.running, load.queued, load.kv_used, load.kv_total) == (6, 2, 250, 1000)
     assert parse_metrics("text/plain", "# nothing we know\n", open_requests=0) is None
+
+
+VLLM_METRICS = (
+    "# TYPE vllm:num_requests_running gauge\n"
+    'vllm:num_requests_running{model_name="m"} 0.0\n'
+    "# TYPE vllm:kv_cache_usage_perc gauge\n"
+    'vllm:kv_cache_usage_perc{model_name="m"} 0.0\n'
+)
+IDLE_ITERATION_STATS = [
+    {"iter": 9, "numActiveRequests": 0, "maxNumActiveRequests": 64, "kvCacheStats": {"maxNumBlocks": 500}},
+]
+
+
+def metrics_server(content_type: str, body: str) -> ServerThread:
+    """A running engine server's health and metrics endpoints, answering ``body`` on /metrics."""
+
+    async def health(request):
+        return PlainTextResponse("ok")
+
+    async def metrics(request):
+        return Response(body, media_type=content_type)
+
+    return ServerThread(Starlette(routes=[Route("/health", health), Route("/metrics", metrics)]))
+
+
+@pytest.mark.parametrize(
+    ("content_type", "body", "kv_total", "max_running"),
+    [("text/plain", VLLM_METRICS, 1000, 0), ("application/json", json.dumps(IDLE_ITERATION_STATS), 500, 64)],
+    ids=["vllm", "trtllm-serve"],
+)
+async def test_what_the_server_says_of_its_capacity_is_known_when_start_returns(
+    content_type, body, kv_total, max_running
+):
+    with metrics_server(content_type, body) as server:
+        engine = make_engine(OpenAIServerEngineConfig(model="m", url=server.url, max_seq_len=256))
+        await engine.start()
+        try:
+            stats = engine.stats()
+            assert (stats.kv_blocks_total, stats.max_running_requests) == (kv_total, max_running)
+            assert stats.context_length == 256
+        finally:
+            await engine.shutdown()
 
 
 async def wait_until_idle(process: psutil.Process, *, deadline_s: float, busy_cores: float = 0.1) -> None:

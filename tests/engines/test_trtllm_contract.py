@@ -247,6 +247,18 @@ async def test_stats_come_from_iteration_stats_contract(fake_trtllm, hf_checkpoi
     await engine.shutdown()
 
 
+async def test_limits_known_at_start_are_reported_before_any_request_contract(fake_trtllm, hf_checkpoint):
+    """Before the first iteration there are no iteration stats: the batch slots come from the LLM's resolved
+    arguments; the KV cache's size is not known yet (0) and must not be made up."""
+    engine = await started(config(hf_checkpoint))
+    stats = engine.stats()
+    assert stats.max_running_requests == 2048  # TorchLlmArgs' default, as LLM.args reports it
+    assert stats.context_length == 100_000
+    assert stats.kv_blocks_total == 0
+    assert stats.healthy
+    await engine.shutdown()
+
+
 async def test_shutdown_ends_open_streams_with_engine_dead_contract(fake_trtllm, hf_checkpoint):
     engine = await started(config(hf_checkpoint))
     stream = engine.generate(request(max_tokens=10_000, ignore_eos=True))

@@ -136,7 +136,7 @@ class LLM:
             model=str(model),
             tensor_parallel_size=tensor_parallel_size,
             max_seq_len=kwargs.get("max_seq_len"),
-            max_batch_size=kwargs.get("max_batch_size"),
+            max_batch_size=kwargs.get("max_batch_size", 2048),  # BaseLlmArgs' default
             enable_iter_perf_stats=kwargs.get("enable_iter_perf_stats", False),
         )
         self.requests: list[tuple[list[int], SamplingParams]] = []
