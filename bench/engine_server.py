@@ -19,7 +19,6 @@ import contextlib
 import importlib.util
 import json
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -30,6 +29,7 @@ import httpx
 from pydantic import BaseModel, Field
 
 from bench.client import TargetConfig
+from bench.commands import find_command
 from engines.protocol import SamplingParams
 
 
@@ -49,8 +49,8 @@ class EngineServerSettings(BaseModel):
 
 def unavailable_reason() -> str | None:
     """Why ``transformers serve`` cannot run here, or None when it can."""
-    if shutil.which("transformers") is None:
-        return "the `transformers` command is not on PATH"
+    if find_command("transformers") is None:
+        return "the `transformers` command is neither beside this Python nor on PATH"
     missing = [m for m in ("fastapi", "uvicorn", "openai") if importlib.util.find_spec(m) is None]
     if missing:
         return f"`transformers serve` needs the serving extra (missing: {', '.join(missing)})"
@@ -59,7 +59,7 @@ def unavailable_reason() -> str | None:
 
 def serve_command(settings: EngineServerSettings) -> list[str]:
     command = [
-        "transformers",
+        find_command("transformers") or "transformers",
         "serve",
         "--continuous-batching",
         "--device",

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shutil
 import signal
 import subprocess
 from collections import Counter
@@ -21,6 +20,7 @@ from pathlib import Path
 
 import psutil
 
+from bench.commands import find_command
 from bench.process_cpu import role_of
 
 _LINE = re.compile(r"^(.*) (\d+)$")
@@ -28,7 +28,7 @@ _FRAME = re.compile(r"^(.*) \((.*?)(?::\d+)?\)$")
 
 
 def available() -> bool:
-    return shutil.which("py-spy") is not None
+    return find_command("py-spy") is not None
 
 
 def pids_by_role(pid: int | None = None) -> dict[str, int]:
@@ -48,9 +48,10 @@ def recording(pids: Mapping[str, int], out_dir: Path, prefix: str, rate: int = 1
     """Profiles each ``role: pid`` until the block ends; yields (and then fills) ``role: raw profile path``."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {role: out_dir / f"{prefix}-{role}.txt" for role in pids}
+    py_spy = find_command("py-spy") or "py-spy"
     processes = [
         subprocess.Popen(
-            ["py-spy", "record", "--pid", str(pid), "--format", "raw", "--output", str(paths[role]),
+            [py_spy, "record", "--pid", str(pid), "--format", "raw", "--output", str(paths[role]),
              "--rate", str(rate), "--nonblocking"],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

@@ -23,6 +23,7 @@ from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
+from bench.commands import find_command
 from engines.config import OpenAIServerEngineConfig
 from engines.errors import EngineConfigError, EngineDeadError, InvalidRequestError
 from engines.factory import make_engine
@@ -31,7 +32,7 @@ from engines.protocol import FINISH_LENGTH, FINISH_STOP, GenerationRequest, Samp
 from tests.bench.fake_openai import ServerThread
 
 TRANSFORMERS_SERVE = [
-    str(Path(sys.executable).parent / "transformers"),
+    find_command("transformers") or "transformers",
     "serve",
     "--continuous-batching",
     "--device",
