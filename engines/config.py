@@ -334,6 +334,8 @@ class EmulatedEngineConfig(_Strict):
     @model_validator(mode="after")
     def _profile_is_complete(self) -> EmulatedEngineConfig:
         # Resolved once here, so that a wrong or missing figure fails at deploy time with its name.
+        if self.preset is None and not self.profile:
+            raise ValueError(f"give a preset (one of {', '.join(sorted(PRESETS))}) or every figure in 'profile'")
         try:
             self.engine_profile()
         except ValidationError as e:

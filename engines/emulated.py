@@ -181,7 +181,9 @@ class EmulatedEngine(Engine):
                 prompt_tokens=prompt_len,
                 context_length=self.context_length,
             )
-        if len(self._batch.waiting) >= self.config.max_queued_requests:
+        batch = self._batch
+        must_wait = bool(batch.waiting) or batch.running >= self.profile.max_running_requests
+        if must_wait and len(batch.waiting) >= self.config.max_queued_requests:
             raise OverloadedError(
                 f"The engine has {len(self._batch.waiting)} requests waiting "
                 f"(limit {self.config.max_queued_requests}).",

@@ -33,14 +33,18 @@ class TokenSource:
             raise ValueError("the token source's text is empty")
         self.ids = ids
         self.paragraph_ends = frozenset(ends)
+        # Byte-level tokens may hold part of a character: an answer starts only where one begins, as a real
+        # model's would (it never starts inside a character it did not write).
+        self.starts = [p for p in range(len(ids)) if not tokenizer.decode(ids[p : p + 4]).startswith("\ufffd")]
 
     def __len__(self) -> int:
         return len(self.ids)
 
     def start(self, prompt_token_ids: Sequence[int], seed: int | None, greedy: bool, fallback: random.Random) -> int:
         """Where a request's output begins: from its prompt when greedy, its seed when it has one, else drawn."""
+        starts = self.starts
         if greedy:
-            return zlib.crc32(repr(list(prompt_token_ids)).encode()) % len(self.ids)
+            return starts[zlib.crc32(repr(list(prompt_token_ids)).encode()) % len(starts)]
         if seed is not None:
-            return random.Random(seed).randrange(len(self.ids))
-        return fallback.randrange(len(self.ids))
+            return starts[random.Random(seed).randrange(len(starts))]
+        return starts[fallback.randrange(len(starts))]

@@ -487,3 +487,53 @@ def test_every_field_has_a_description():
     ]
 
     assert models and undocumented == []
+
+
+# --- the emulated fleet -------------------------------------------------------------------------------
+
+
+def test_the_emulated_fleet_is_the_production_fleet_on_this_machine():
+    emulated = load_config_file(ROOT / "configs" / "emulated-h200.yaml")
+    production = load_config_file(ROOT / "configs" / "gpu-trtllm.yaml")
+
+    assert [v.name for v in emulated.variants] == [v.name for v in production.variants]
+    for fake, real in zip(emulated.variants, production.variants, strict=True):
+        engine: Any = fake.engine
+        profile = engine.engine_profile()
+        assert engine.backend == "emulated" and fake.resources.num_gpus == 0
+        assert profile.max_running_requests == real.engine.max_batch_size == fake.max_ongoing_requests  # type: ignore[union-attr]
+        assert profile.gpus_per_replica == real.engine.tensor_parallel_size  # type: ignore[union-attr]
+        assert fake.autoscaling is not None and fake.autoscaling.max_replicas > 1
+    assert emulated.limits == production.limits
+    most = sum(v.resources.num_cpus * v.autoscaling.max_replicas for v in emulated.variants if v.autoscaling)
+    assert most + emulated.ingress.num_cpus * emulated.ingress.num_replicas <= 2
+
+
+@pytest.mark.parametrize(
+    ("engine", "path"),
+    [
+        ({"backend": "emulated", "preset": "h100-nothing"}, "variants[0].engine.preset"),
+        ({"backend": "emulated"}, "variants[0].engine"),  # no preset and no figures
+        ({"backend": "emulated", "preset": "cpu-builtin-tiny", "profile": {"step_ms_at_batch_1": -1}}, "profile."),
+        ({"backend": "emulated", "preset": "cpu-builtin-tiny", "profile": {"no_such_figure": 1}}, "no_such_figure"),
+    ],
+)
+def test_an_emulated_variant_with_a_wrong_profile_fails_at_deploy_time_naming_it(engine, path):
+    args = valid_args()
+    args["variants"][0]["engine"] = engine
+    with pytest.raises(EngineConfigError) as info:
+        load_app_config(args)
+    assert path in str(info.value)
+
+
+def test_an_emulated_variant_takes_its_presets_figures_with_its_own_over_them():
+    args = valid_args()
+    args["variants"][0]["engine"] = {
+        "backend": "emulated",
+        "preset": "emulated:h200-llama-3.1-8b-int4",
+        "profile": {"max_running_requests": 64},
+    }
+    engine: Any = load_app_config(args).variants[0].engine
+    profile = engine.engine_profile()
+    assert (profile.max_running_requests, profile.context_length) == (64, 32768)
+    assert engine.model == "emulated:h200-llama-3.1-8b-int4"

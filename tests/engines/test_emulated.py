@@ -1,0 +1,191 @@
+"""The emulated engine: the engine contract with real token ids and real text, and no model work.
+
+It runs in-process on the test's event loop with no start-up delay. Nothing here asserts a timing: how closely
+it keeps its profile's time is what ``python -m bench overhead --model emulated:<preset> --paths direct``
+measures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import pytest
+
+from engines.config import EmulatedEngineConfig
+from engines.emulated import EmulatedEngine
+from engines.errors import ContextTooLongError, EngineDeadError, InvalidRequestError, OverloadedError
+from engines.presets import PRESETS
+from engines.protocol import Delta, GenerationRequest, SamplingParams
+
+FAST = {"step_ms_at_batch_1": 1.0, "step_ms_per_extra_seq": 0.1, "context_length": 8192}  # quick, long
+
+
+def config(**fields) -> EmulatedEngineConfig:
+    values = {"preset": "cpu-builtin-tiny", "profile": FAST, "startup_time_scale": 0.0, **fields}
+    return EmulatedEngineConfig(**values)
+
+
+@contextlib.asynccontextmanager
+async def running(**fields):
+    engine = EmulatedEngine(config(**fields))
+    await engine.start()
+    try:
+        yield engine
+    finally:
+        await engine.shutdown()
+
+
+def request(
+    engine: EmulatedEngine, text: str = "The lighthouse keeper", rid: str = "r", **sampling
+) -> GenerationRequest:
+    ids = engine.tokenizer.encode(text, add_special_tokens=False)
+    return GenerationRequest(request_id=rid, prompt_token_ids=ids, sampling=SamplingParams(**sampling))
+
+
+async def collect(engine: EmulatedEngine, req: GenerationRequest) -> list[Delta]:
+    async with contextlib.aclosing(engine.generate(req)) as stream:
+        return [d async for d in stream]
+
+
+async def test_streams_real_text_of_its_tokenizer_to_max_tokens():
+    async with running() as engine:
+        deltas = await collect(engine, request(engine, max_tokens=40, ignore_eos=True, seed=1))
+    ids = [t for d in deltas for t in d.token_ids]
+    assert len(ids) == 40 and deltas[-1].completion_tokens == 40
+    assert deltas[-1].finish_reason == "length"
+    assert "".join(d.text for d in deltas) == engine.tokenizer.decode(ids, skip_special_tokens=True)
+    assert deltas[0].first_token_time is not None and deltas[-1].prompt_tokens > 0
+
+
+async def test_the_same_seed_gives_the_same_output_and_another_seed_another():
+    async with running() as engine:
+        outputs = [
+            "".join(d.text for d in await collect(engine, request(engine, max_tokens=24, ignore_eos=True, seed=s)))
+            for s in (7, 7, 8)
+        ]
+    assert outputs[0] == outputs[1] != outputs[2]
+
+
+async def test_a_greedy_request_answers_the_same_prompt_the_same_way_whatever_its_seed():
+    async with running() as engine:
+        a = await collect(engine, request(engine, max_tokens=16, temperature=0.0, seed=1))
+        b = await collect(engine, request(engine, max_tokens=16, temperature=0.0, seed=2))
+    assert [t for d in a for t in d.token_ids] == [t for d in b for t in d.token_ids]  # chunks may differ
+
+
+async def test_without_ignore_eos_an_answer_ends_at_a_paragraph_with_eos_kept_out_of_the_text():
+    async with running() as engine:
+        deltas = await collect(engine, request(engine, max_tokens=2000, seed=3))
+    assert deltas[-1].finish_reason == "stop"
+    assert deltas[-1].token_ids[-1] == engine.tokenizer.eos_token_id
+    assert deltas[-1].completion_tokens < 2000
+    assert "".join(d.text for d in deltas).endswith("\n")  # the paragraph's end
+
+
+async def test_a_stop_string_ends_the_answer_before_it_and_frees_the_sequence():
+    async with running() as engine:
+        deltas = await collect(engine, request(engine, max_tokens=2000, ignore_eos=True, seed=5, stop=[" the"]))
+        await asyncio.sleep(0.05)  # the freed sequence leaves at the end of the running iteration
+        stats = engine.stats()
+    assert deltas[-1].finish_reason == "stop"
+    assert " the" not in "".join(d.text for d in deltas)
+    assert (stats.running_requests, stats.kv_blocks_used, stats.registered_requests) == (0, 0, 0)
+
+
+async def test_a_stop_token_id_ends_the_answer():
+    async with running() as engine:
+        probe = await collect(engine, request(engine, max_tokens=12, ignore_eos=True, seed=9))
+        stop_id = probe[-1].token_ids[-1]
+        deltas = await collect(
+            engine, request(engine, max_tokens=12, ignore_eos=True, seed=9, stop_token_ids=[stop_id])
+        )
+    assert deltas[-1].finish_reason == "stop"
+    assert deltas[-1].token_ids[-1] == stop_id
+
+
+async def test_chinese_streams_clean_character_by_character():
+    text = "今天天气很好，我们去公园散步吧。"
+    async with running() as engine:
+        engine._source = type(engine._source)(engine.tokenizer, text)  # a source of Chinese only
+        deltas = await collect(engine, request(engine, max_tokens=200, seed=2))
+    pieces = [d.text for d in deltas]
+    assert deltas[-1].finish_reason == "stop"  # EOS at the paragraph's end, a character boundary
+    assert "\ufffd" not in "".join(pieces)
+    assert set("".join(pieces)) <= set(text + "\n") and "".join(pieces).endswith("。\n")
+
+
+async def test_closing_the_stream_aborts_the_request_and_frees_its_slot_and_cache():
+    async with running() as engine:
+        stream = engine.generate(request(engine, max_tokens=5000, ignore_eos=True, seed=4))
+        await anext(stream)
+        assert engine.stats().running_requests == 1 and engine.stats().kv_blocks_used > 0
+        await stream.aclose()
+        await asyncio.sleep(0.05)
+        stats = engine.stats()
+    assert (stats.running_requests, stats.kv_blocks_used, stats.registered_requests) == (0, 0, 0)
+
+
+async def test_cancelling_a_waiting_request_frees_it_at_once():
+    async with running(profile={**FAST, "max_running_requests": 1}) as engine:
+        first = engine.generate(request(engine, rid="a", max_tokens=5000, ignore_eos=True))
+        await anext(first)
+        waiting = asyncio.ensure_future(collect(engine, request(engine, rid="b", max_tokens=5, ignore_eos=True)))
+        await asyncio.sleep(0.01)
+        assert engine.stats().queued_requests == 1
+        waiting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await waiting
+        assert engine.stats().queued_requests == 0
+        await first.aclose()
+
+
+async def test_stats_show_the_batch_the_queue_the_cache_and_the_pace():
+    async with running(profile={**FAST, "max_running_requests": 2}) as engine:
+        streams = [engine.generate(request(engine, rid=str(i), max_tokens=5000, ignore_eos=True)) for i in range(3)]
+        for s in streams[:2]:
+            await anext(s)
+        third = asyncio.ensure_future(anext(streams[2]))
+        for _ in range(20):  # a few iterations, so that the pace is measured
+            await anext(streams[0])
+            await anext(streams[1])
+        stats = engine.stats()
+        third.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await third
+        for s in streams:
+            await s.aclose()
+    profile = PRESETS["cpu-builtin-tiny"]
+    assert (stats.running_requests, stats.queued_requests, stats.max_running_requests) == (2, 1, 2)
+    assert stats.queued_prompt_tokens > 0
+    assert stats.kv_blocks_total == profile.kv_cache_tokens // 32
+    assert 0 < stats.kv_blocks_used < stats.kv_blocks_total
+    assert stats.context_tokens > 0 and stats.recent_tpot_ms > 0 and stats.tokens_per_s > 0
+    assert stats.registered_requests == 3
+    assert stats.context_length == 8192 and stats.healthy
+
+
+async def test_a_full_queue_is_overloaded_and_a_long_request_too_long():
+    async with running(profile={**FAST, "max_running_requests": 1}, max_queued_requests=0) as engine:
+        first = engine.generate(request(engine, max_tokens=5000, ignore_eos=True))
+        await anext(first)
+        with pytest.raises(OverloadedError):
+            await collect(engine, request(engine, max_tokens=5))
+        await first.aclose()
+        with pytest.raises(ContextTooLongError):
+            await collect(engine, request(engine, max_tokens=engine.context_length))
+        with pytest.raises(InvalidRequestError):
+            await collect(engine, GenerationRequest(request_id="e", prompt_token_ids=[]))
+
+
+async def test_shutdown_ends_open_streams_with_engine_dead():
+    engine = EmulatedEngine(config())
+    await engine.start()
+    stream = engine.generate(request(engine, max_tokens=5000, ignore_eos=True))
+    await anext(stream)
+    await engine.shutdown()
+    with pytest.raises(EngineDeadError):
+        async for _ in stream:
+            pass
+    with pytest.raises(EngineDeadError):
+        await engine.check_health()
