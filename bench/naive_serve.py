@@ -18,11 +18,12 @@ from collections.abc import AsyncIterator
 from typing import Any, cast
 
 from fastapi import FastAPI, Request
+from pydantic import BaseModel, TypeAdapter
 from ray import serve
 from ray.serve import Application, Deployment
 from starlette.responses import StreamingResponse
 
-from engines.config import CoalesceConfig, HFEngineConfig
+from engines.config import CoalesceConfig, EngineConfig
 from engines.protocol import GenerationRequest, SamplingParams
 
 app = FastAPI(docs_url=None, redoc_url=None)
@@ -31,14 +32,14 @@ NAIVE_MAX_ONGOING_REQUESTS = 4096
 
 
 class NaiveEngine:
-    """Holds one started HFEngine; yields its deltas one by one (one per engine step: a token)."""
+    """Holds one started engine; yields its deltas one by one (one per engine step: a token)."""
 
     async def __init__(self, engine_config: dict) -> None:  # type: ignore[misc]  # Serve awaits it
-        from engines.hf import HFEngine  # torch: only inside the replica
+        from engines.factory import make_engine  # the backend (torch for hf): only inside the replica
 
-        config = HFEngineConfig.model_validate(engine_config)
+        config = TypeAdapter(EngineConfig).validate_python(engine_config)
         config = config.model_copy(update={"coalesce": CoalesceConfig(interval_ms=0)})
-        self.engine = HFEngine(config)
+        self.engine = make_engine(config)
         await self.engine.start()
 
     async def generate(self, prompt: list[int], max_tokens: int, sampling: dict) -> AsyncIterator[dict]:
@@ -109,7 +110,7 @@ class NaiveIngress:
             stream.cancel()  # a client that went away must not leave the engine generating
 
 
-def build_naive_app(engine: HFEngineConfig, *, engine_actor_options: dict, ingress_cpus: float = 0.25) -> Application:
+def build_naive_app(engine: BaseModel, *, engine_actor_options: dict, ingress_cpus: float = 0.25) -> Application:
     """The naive app: ``NaiveIngress`` -> ``NaiveEngine`` (one replica each) on ``engine``."""
     # cast: mypy sees serve.deployment's decorator overload, not the Deployment it returns for a class.
     engine_deployment = cast(Deployment, serve.deployment(NaiveEngine)).options(

@@ -1,5 +1,9 @@
 """``python -m bench overhead``: the same model and load through four paths, side by side in one run.
 
+``--model emulated:<preset>`` runs the emulated engine (engines/emulated.py) in every path instead: its direct
+path is then held against what the preset says for the same load (:mod:`bench.expectation`) and reports the
+emulation's own CPU per token; there is no engine server (b) for it.
+
 (a) ``direct``: the hf engine in-process; (b) ``engine_server``: ``transformers serve`` on the same checkpoint;
 (c) ``naive_serve``: a naive Ray Serve app yielding one token per Ray object (:mod:`bench.naive_serve`);
 (d) ``stack``: this project's app (``serve_app.app.build_app``, one variant, default coalescing). Each path
@@ -34,6 +38,7 @@ from typing import Any
 from bench import engine_server, overhead_results, pyspy
 from bench.client import TargetConfig
 from bench.direct import run_direct
+from bench.expectation import closed_loop
 from bench.loadgen import LoadConfig, LoadResult
 from bench.overhead_results import (
     LOAD_GENERATOR,
@@ -50,7 +55,10 @@ from bench.records import write_jsonl
 from bench.report import machine_info
 from bench.summary import summarize
 from bench.workload import RequestSpec
-from engines.config import CoalesceConfig, HFEngineConfig
+from engines.config import CoalesceConfig, EmulatedEngineConfig, HFEngineConfig
+from engines.emulated import EmulatedEngine
+from engines.factory import make_engine
+from engines.presets import EMULATED_PREFIX
 from engines.protocol import SamplingParams
 
 NAME = "overhead"
@@ -70,7 +78,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--model", default="builtin:tiny", help="builtin:<name>, random:<shape> or an hf model dir")
+    p.add_argument(
+        "--model",
+        default="builtin:tiny",
+        help="builtin:<name>, random:<shape>, an hf model dir, or emulated:<preset> (engines/presets.py)",
+    )
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     p.add_argument(
         "--concurrency", nargs="+", type=int, default=None, help=f"streams per level (default {DEFAULT_CONCURRENCY})"
@@ -157,18 +169,27 @@ def engine_config(
     )
 
 
+def emulated_engine_config(model: str, *, max_running: int | None) -> EmulatedEngineConfig:
+    """``emulated:<preset>`` as every path runs it: no start-up delay, a queue that never refuses the bench."""
+    figures = {"max_running_requests": max_running} if max_running else {}
+    return EmulatedEngineConfig(preset=model, profile=figures, startup_time_scale=0.0, max_queued_requests=1 << 16)
+
+
 def engine_actor_options(device: str) -> dict[str, Any]:
     return {"num_cpus": 1, "num_gpus": 1 if device == "cuda" else 0}
 
 
+BenchEngine = HFEngineConfig | EmulatedEngineConfig
+
+
 def stack_app_args(
-    engine: HFEngineConfig, *, device: str, max_tokens: int, max_concurrency: int, ingress_replicas: int = 1
+    engine: BenchEngine, *, device: str, max_tokens: int, max_concurrency: int, ingress_replicas: int = 1
 ) -> dict:
     """A one-variant serve_app config on ``engine`` (everything else at its default)."""
     resources = engine_actor_options(device)
     return {
         "model_name": "bench",
-        "tokenizer": engine.model,
+        "tokenizer": engine.tokenizer if isinstance(engine, EmulatedEngineConfig) else engine.model,
         "variants": [
             {
                 "name": "engine",
@@ -210,17 +231,26 @@ class _Run:
         self.requests = num_requests(self.concurrency, args.num_requests, args.quick)
         self.prompt_tokens = args.prompt_tokens or (32 if args.quick else 64)
         self.max_tokens = args.max_tokens or (64 if args.quick else 128)
-        self.device = resolve_device(args.device)
-        self.model_dir = resolve_model(args.model)  # builds builtin / random models once, here
+        self.emulated = args.model.startswith(EMULATED_PREFIX)
+        self.engine: BenchEngine
+        if self.emulated:
+            if args.engine_process:
+                raise SystemExit("--engine-process: an emulated engine has no batch loop of its own to move")
+            self.device = "cpu"  # it needs no accelerator: the replicas reserve none
+            self.engine = emulated_engine_config(args.model, max_running=args.max_running_requests)
+            self.model_dir = resolve_model(self.engine.tokenizer)
+        else:
+            self.device = resolve_device(args.device)
+            self.model_dir = resolve_model(args.model)  # builds builtin / random models once, here
+            self.engine = engine_config(
+                self.model_dir,
+                self.device,
+                threads=args.threads,
+                max_running=args.max_running_requests or max(self.concurrency),
+                context_length=_context_length(self.model_dir),
+            )
         tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
         self.pairs: list[PromptPair] = prompt_pairs(tokenizer, max(self.requests.values()), self.prompt_tokens)
-        self.engine = engine_config(
-            self.model_dir,
-            self.device,
-            threads=args.threads,
-            max_running=args.max_running_requests or max(self.concurrency),
-            context_length=_context_length(self.model_dir),
-        )
 
     @property
     def serve_env(self) -> dict[str, str]:
@@ -233,7 +263,7 @@ class _Run:
         return env
 
     @property
-    def stack_engine(self) -> HFEngineConfig:
+    def stack_engine(self) -> BenchEngine:
         """The stack's variant: the same engine, with --coalesce-ms and --engine-process when given."""
         update: dict[str, Any] = {}
         if self.args.coalesce_ms is not None:
@@ -283,20 +313,49 @@ class _Run:
     # ---------------------------------------------------------------- (a)
 
     async def direct(self) -> dict[int, LevelResult]:
-        from engines.hf import HFEngine
-
-        engine = HFEngine(self.engine)
+        engine = make_engine(self.engine)
         await engine.start()
         try:
             await run_direct(engine, self.warmup(as_text=False), WARMUP_REQUESTS, SAMPLING, run_id="warmup")
             levels = {}
             for c in self.concurrency:
+                emulation = (
+                    (engine.scheduler_cpu_s, engine.generated_tokens) if isinstance(engine, EmulatedEngine) else None
+                )
                 with self.observe("direct", c) as cpu:
                     result = await run_direct(engine, self.specs(c, as_text=False), c, SAMPLING)
                 levels[c] = self.keep("direct", c, result, cpu)
+                if isinstance(engine, EmulatedEngine) and emulation is not None:
+                    levels[c] = self.against_profile(engine, c, levels[c], *emulation)
             return levels
         finally:
             await engine.shutdown()
+
+    def against_profile(
+        self, engine: EmulatedEngine, concurrency: int, level: LevelResult, cpu_before: float, tokens_before: int
+    ) -> LevelResult:
+        """The level with what the emulated engine's profile says it should measure, and the emulation's CPU."""
+        made = engine.generated_tokens - tokens_before
+        expected = closed_loop(
+            engine.profile,
+            concurrency=concurrency,
+            requests=self.requests[concurrency],
+            prompt_tokens=self.prompt_tokens,
+            max_tokens=self.max_tokens,
+        )
+        level = level.model_copy(
+            update={
+                "profile": expected,
+                "emulation_us_per_token": 1e6 * (engine.scheduler_cpu_s - cpu_before) / made if made else None,
+            }
+        )
+        print(
+            f"  {'':13s} profile: {expected.tokens_per_s:9.1f} tok/s  TTFT p50 {expected.ttft_p50_ms:8.2f} ms  "
+            f"TPOT p50 {expected.tpot_p50_ms:.2f} ms (measured {level.tpot_p50_ms or 0:.2f})  "
+            f"emulation {level.emulation_us_per_token or 0:.2f} us/token",
+            flush=True,
+        )
+        return level
 
     # ---------------------------------------------------------------- HTTP paths
 
@@ -325,6 +384,7 @@ class _Run:
         )
 
     def engine_server(self) -> dict[int, LevelResult]:
+        assert isinstance(self.engine, HFEngineConfig)
         settings = engine_server.EngineServerSettings(
             model_dir=self.model_dir,
             device=self.device,
@@ -445,6 +505,17 @@ def _machine(device: str) -> dict[str, str]:
 
 def _notes(run: _Run) -> list[str]:
     engine = run.engine
+    if isinstance(engine, EmulatedEngineConfig):
+        profile = engine.engine_profile()
+        return [
+            f"Every path runs the emulated engine of preset {engine.preset} ({profile.source}): "
+            f"{profile.max_running_requests} batch slots, {profile.max_num_tokens} tokens an iteration, no start-up "
+            f"delay; tokens of {engine.tokenizer}. It keeps the profile's time and does no model work.",
+            "Outputs are forced to max_tokens (ignore_eos). The direct path's 'profile' figures are the simulator's "
+            "replica on the same closed loop (bench/expectation.py).",
+            f"The stack coalesces tokens every {run.stack_engine.coalesce.interval_ms:g} ms after the first; the "
+            "naive app sends every iteration on its own.",
+        ]
     notes = [
         f"Every path runs the same engine config: {engine.device}, max_running_requests "
         f"{engine.max_running_requests}, page_size {engine.page_size}, num_blocks {engine.num_blocks}, "
@@ -457,7 +528,7 @@ def _notes(run: _Run) -> list[str]:
         f"The stack coalesces tokens every {run.stack_engine.coalesce.interval_ms:g} ms after the first; the "
         "naive app sends every engine step (one token) on its own.",
     ]
-    if run.stack_engine.engine_process:
+    if getattr(run.stack_engine, "engine_process", False):
         notes.append(
             "The stack's engine ran its batch loop in its own process (engine_process: true); its CPU shows as "
             "'<deployment>/engine_process'."
@@ -488,7 +559,7 @@ def execute(args: argparse.Namespace) -> OverheadResult:
     if "direct" in args.paths:
         paths["direct"] = _attempt("direct", lambda: asyncio.run(run.direct()))
     if "engine_server" in args.paths:
-        reason = engine_server.unavailable_reason()
+        reason = "an emulated engine has no server of its own" if run.emulated else engine_server.unavailable_reason()
         if reason is None:
             paths["engine_server"] = _attempt("engine_server", run.engine_server)
         else:

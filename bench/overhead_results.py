@@ -14,6 +14,7 @@ from pathlib import Path
 from matplotlib.figure import Figure
 from pydantic import BaseModel, Field
 
+from bench.expectation import Expectation
 from bench.process_cpu import PROFILER
 from bench.summary import Summary
 
@@ -38,11 +39,20 @@ class LevelResult(BaseModel):
     tokens_per_s: float = Field(description="output_tokens / duration_s.")
     ttft_p50_ms: float | None
     ttft_p99_ms: float | None
+    tpot_p50_ms: float | None = None
     ratio_vs_direct: float | None = Field(None, description="tokens_per_s / direct's at this level.")
     ratio_vs_engine_server: float | None = Field(None, description="tokens_per_s / engine_server's.")
     cpu_s: dict[str, float] = Field(
         default_factory=dict,
         description="CPU seconds spent during the level by each process role (bench.process_cpu), all cores.",
+    )
+    profile: Expectation | None = Field(
+        None, description="An emulated engine's direct path: what its profile says this level measures."
+    )
+    emulation_us_per_token: float | None = Field(
+        None,
+        description="An emulated engine's own CPU per generated token (its iteration callbacks: scheduling, "
+        "drawing tokens, waking streams), apart from the stream path every backend runs.",
     )
 
     def cpu_ms_per_token(self, role: str | None = None) -> float | None:
@@ -87,6 +97,7 @@ def level_result(concurrency: int, summary: Summary, cpu_s: Mapping[str, float] 
         tokens_per_s=summary.output_tokens_per_s,
         ttft_p50_ms=summary.ttft_ms.p50,
         ttft_p99_ms=summary.ttft_ms.p99,
+        tpot_p50_ms=summary.tpot_ms.p50,
     )
 
 
@@ -189,6 +200,39 @@ def render_cpu_table(result: OverheadResult) -> list[str]:
     ]
 
 
+def _off(measured: float | None, expected: float) -> str:
+    return "-" if measured is None or not expected else f"{measured / expected - 1:+.1%}"
+
+
+def render_profile_table(result: OverheadResult) -> list[str]:
+    """Markdown: an emulated engine's direct path against what its profile says (empty for real engines)."""
+    direct = result.paths.get("direct")
+    levels = sorted(direct.levels.items()) if direct is not None else []
+    rows = [
+        f"| {c} | {_num(lv.tokens_per_s)} / {_num(p.tokens_per_s)} ({_off(lv.tokens_per_s, p.tokens_per_s)}) "
+        f"| {_num(lv.ttft_p50_ms, 2)} / {_num(p.ttft_p50_ms, 2)} ({_off(lv.ttft_p50_ms, p.ttft_p50_ms)}) "
+        f"| {_num(lv.tpot_p50_ms, 2)} / {_num(p.tpot_p50_ms, 2)} ({_off(lv.tpot_p50_ms, p.tpot_p50_ms)}) "
+        f"| {_num(lv.emulation_us_per_token, 2)} | {_num(lv.cpu_ms_per_token(), 3)} |"
+        for c, lv in levels
+        if (p := lv.profile) is not None
+    ]
+    if not rows:
+        return []
+    return [
+        "## The emulated engine against its profile",
+        "",
+        "Measured in-process (path direct) / what the profile says for the same closed loop (the simulator's "
+        "replica in virtual time), and the emulation's own CPU per generated token (its iteration callbacks), "
+        "apart from the stream path (detokenizer, stop strings, coalescing) that every backend runs; the last "
+        "column is the whole process, that path and the load loop included.",
+        "",
+        "| streams | tokens/s | TTFT p50 ms | TPOT p50 ms | emulation us/token | process CPU ms/token |",
+        "|---:|---:|---:|---:|---:|---:|",
+        *rows,
+        "",
+    ]
+
+
 def render_markdown(result: OverheadResult, plot: str | None = None) -> str:
     """The report: what ran, on what, the table, the plot and the notes."""
     lines = [
@@ -210,6 +254,7 @@ def render_markdown(result: OverheadResult, plot: str | None = None) -> str:
     lines.append("")
     if plot is not None:
         lines += [f"![tokens/s per path and concurrency]({plot})", ""]
+    lines += render_profile_table(result)
     lines += render_cpu_table(result)
     if result.notes:
         lines += ["## Notes", "", *(f"* {note}" for note in result.notes), ""]

@@ -9,8 +9,9 @@ request's stream turns them into text through the same detokenizer, stop-string 
 real backends (:class:`engines.output_text.OutputText`, :func:`engines.coalesce.coalesce`), so every
 per-token code path of the stack runs, at the token rates of the engine the profile describes.
 
-Iterations are scheduled on the engine's own timeline (the next one starts where the last one was planned to
-end), so an event loop that is a little late now and then does not slow the engine down; one that falls
+Iteration ends are timed by :class:`engines.iteration_timer.IterationTimer` (a timerfd on Linux: asyncio's own
+timers fire up to a millisecond late) on the engine's own timeline (the next one starts where the last one was
+planned to end), so an event loop that is a little late now and then does not slow the engine down; one that falls
 behind by more than an iteration restarts the timeline from now, as a real engine on a starved host would.
 
 What it costs is kept apart from the stream path it shares with the real backends: ``scheduler_cpu_s`` is
@@ -33,6 +34,7 @@ from engines.batching import ContinuousBatch, Iteration
 from engines.coalesce import coalesce
 from engines.config import EmulatedEngineConfig
 from engines.errors import ContextTooLongError, EngineConfigError, EngineDeadError, OverloadedError
+from engines.iteration_timer import IterationTimer
 from engines.output_text import OutputText, stop_token_ids
 from engines.protocol import Delta, Engine, EngineStats, GenerationRequest, validate_request
 from engines.rate import TokenRate
@@ -80,8 +82,9 @@ class EmulatedEngine(Engine):
         self._aborted: list[_Sequence] = []  # admitted sequences whose stream closed: freed at the iteration's end
         self._live: set[_Sequence] = set()  # every sequence whose stream is open
         self._iteration: Iteration[_Sequence] | None = None
-        self._iteration_end = 0.0  # loop time the current iteration ends
-        self._timer: asyncio.TimerHandle | None = None
+        self._iteration_end = 0.0  # time.monotonic() at which the current iteration ends
+        self._timer: IterationTimer | None = None
+        self._busy = False  # an iteration is running
         self._loop: asyncio.AbstractEventLoop | None = None
         self._rng = random.Random(config.seed)
         self._rate = TokenRate()
@@ -95,6 +98,7 @@ class EmulatedEngine(Engine):
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        self._timer = IterationTimer(self._loop, self._end_iteration)
         self.tokenizer, self._source = await asyncio.to_thread(self._load_tokens)
         eos = self.tokenizer.eos_token_id
         self._eos_ids = [] if eos is None else [int(eos)]
@@ -123,9 +127,9 @@ class EmulatedEngine(Engine):
 
     async def shutdown(self) -> None:
         self._stopped = True
+        self._busy = False
         if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+            self._timer.close()
         for seq in list(self._live):  # open streams end with EngineDeadError, as the contract says
             seq.finished = True
             self._wake(seq)
@@ -206,8 +210,8 @@ class EmulatedEngine(Engine):
         self._live.add(seq)
         self._batch.enqueue(seq)
         self._batch.admit()  # as the simulator does; its prefill starts with the next iteration
-        if self._timer is None:  # idle: that iteration starts now
-            self._plan(self._loop.time())
+        if not self._busy:  # idle: that iteration starts now
+            self._plan(time.monotonic())
         try:
             while True:
                 if not seq.new_ids and not seq.finished:
@@ -240,7 +244,7 @@ class EmulatedEngine(Engine):
         seq.aborted = True
         if seq in self._batch.waiting:
             self._batch.cancel(seq, decoding=False)  # not in any iteration yet: free it now
-        elif self._timer is None:
+        elif not self._busy:
             self._batch.cancel(seq, decoding=seq.decoding)
         else:
             self._aborted.append(seq)  # it may be in the running iteration's chunk: free it at its end
@@ -254,14 +258,14 @@ class EmulatedEngine(Engine):
     # ---------------------------------------------------------------- the iteration loop
 
     def _plan(self, start: float) -> None:
-        """Plans the next iteration from ``start`` (loop time) and sets its one timer; idle when nothing runs."""
-        assert self._loop is not None
+        """Plans the next iteration from ``start`` (monotonic) and sets its one timer; idle when nothing runs."""
+        assert self._timer is not None
         iteration = self._iteration = self._batch.plan()
-        if iteration is None:
-            self._timer = None
+        self._busy = iteration is not None and not self._stopped
+        if iteration is None or self._stopped:
             return
         self._iteration_end = start + iteration.duration_s
-        self._timer = self._loop.call_at(self._iteration_end, self._end_iteration)
+        self._timer.set(self._iteration_end)
 
     def _end_iteration(self) -> None:
         cpu_started = time.thread_time()
@@ -312,8 +316,8 @@ class EmulatedEngine(Engine):
         self.iterations += 1
         self._batch.admit()
         # The engine's own timeline; a loop that fell more than an iteration behind restarts it from now.
-        loop_now = self._loop.time()
-        self._plan(planned_end if loop_now - planned_end < iteration.duration_s else loop_now)
+        late = time.monotonic() - planned_end
+        self._plan(planned_end if late < iteration.duration_s else planned_end + late)
         self.scheduler_cpu_s += time.thread_time() - cpu_started
 
     def _next_token(self, seq: _Sequence) -> None:

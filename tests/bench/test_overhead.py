@@ -90,3 +90,24 @@ def test_quick_end_to_end(tmp_path):
     assert (tmp_path / "report" / "report.md").is_file()
     assert len(list((tmp_path / "report" / "records").glob("*.jsonl"))) == 4
     assert "stack" in done.stdout and "vs direct" in done.stdout
+
+
+@pytest.mark.serve
+def test_an_emulated_engine_runs_every_path_but_the_engine_server_and_is_held_against_its_profile(tmp_path):
+    """--model emulated:<preset>: the direct path carries the profile's figures and the emulation's own CPU."""
+    out = tmp_path / "out.json"
+    command = [
+        sys.executable, "-m", "bench", "overhead", "--model", "emulated:cpu-builtin-tiny", "--concurrency", "2",
+        "--num-requests", "3", "--max-tokens", "6", "--prompt-tokens", "8", "--json", str(out),
+        "--out", str(tmp_path / "report"),
+    ]  # fmt: skip
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert "emulated engine has no server" in data["paths"]["engine_server"]["skipped"]
+    for name in ("direct", "naive_serve", "stack"):
+        level = data["paths"][name]["levels"]["2"]
+        assert (level["errors"], level["output_tokens"]) == (0, 18), name
+    direct = data["paths"]["direct"]["levels"]["2"]
+    assert direct["profile"]["tpot_p50_ms"] > 0 and direct["emulation_us_per_token"] > 0
+    assert "against its profile" in (tmp_path / "report" / "report.md").read_text()
