@@ -537,3 +537,10 @@ def test_an_emulated_variant_takes_its_presets_figures_with_its_own_over_them():
     profile = engine.engine_profile()
     assert (profile.max_running_requests, profile.context_length) == (64, 32768)
     assert engine.model == "emulated:h200-llama-3.1-8b-int4"
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "configs").glob("emulated-*.yaml")), ids=lambda p: p.name)
+def test_emulated_configs_are_valid_and_need_no_gpu(path: Path):
+    config = load_config_file(path)
+    assert any(v.engine.backend == "emulated" for v in config.variants)
+    assert all(v.resources.num_gpus == 0 for v in config.variants)
