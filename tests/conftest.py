@@ -81,6 +81,8 @@ def llm_url(serve_url, default_app_args) -> str:
     return serve_url
 
 
-def pytest_collection_modifyitems(config, items):
-    """Multi-node tests start their own Ray cluster, so they run before anything joins the shared one."""
-    items.sort(key=lambda item: 0 if item.get_closest_marker("multinode") else 1)
+def pytest_report_collectionfinish(config) -> str | None:
+    """The test order's seed (pytest-randomly), shown under -q too (CI): ``pytest --randomly-seed=N`` repeats it."""
+    if not config.pluginmanager.hasplugin("randomly") or not config.getoption("randomly_reorganize"):
+        return None
+    return f"random test order: --randomly-seed={config.getoption('randomly_seed')}"

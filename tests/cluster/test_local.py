@@ -6,14 +6,22 @@ The replicas are a small probe class, not the LLM engine (except the last test, 
 across both nodes): what is tested is Ray's placement of the options
 this project produces. Logical GPUs prove placement and CUDA_VISIBLE_DEVICES; whether an engine then runs
 on those GPUs needs real ones (issue 12).
+
+A Python process can be connected to one Ray cluster at a time, and the test session's shared cluster
+(tests/conftest.py) may already be connected in this one, whatever order the tests run in. So the
+multi-node cluster and its driver live in a spawned process of their own (:class:`Driver`): tests send it
+this module's functions and assert on what they return.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import multiprocessing
 import os
 import typing
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 import pytest
@@ -97,31 +105,110 @@ def deploy(config: VariantConfig) -> list[dict[str, Any]]:
     return list(reports.values())
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[Any]:
-    if ray.is_initialized():
-        pytest.skip("Ray is already connected in this process: run tests/cluster in a pytest process of its own")
-    with local_cluster(SPEC) as started:
-        ray.init(address=started.address, log_to_driver=False, namespace="multinode")
+def deployed(*configs: VariantConfig) -> list[list[dict[str, Any]]]:
+    """Each config's replica reports (:func:`deploy`, in order); the apps are deleted afterwards."""
+    try:
+        return [deploy(config) for config in configs]
+    finally:
+        for config in configs:
+            serve.delete(config.name)
+
+
+# ---------------------------------------------------------------- the driver process
+
+_running = contextlib.ExitStack()  # in the driver process: the cluster, the connection to it and Serve
+
+
+def _start(http_port: int) -> None:
+    started = _running.enter_context(local_cluster(SPEC))
+    ray.init(address=started.address, log_to_driver=False, namespace="multinode")
+    _running.callback(ray.shutdown)
+    serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": http_port})
+    _running.callback(serve.shutdown)
+
+
+def _stop() -> None:
+    _running.close()  # Serve, then the connection, then exactly the nodes _start started
+
+
+class Driver:
+    """A spawned process that runs the multi-node cluster and drives it, running the functions it is sent."""
+
+    def __init__(self) -> None:
+        self.http_port = free_port()
+        self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+
+    def run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return self._pool.submit(fn, *args).result(timeout=600)  # bounded: a hung cluster fails the test
+
+    def close(self) -> None:
         try:
-            started.http_port = free_port()  # type: ignore[attr-defined]
-            serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": started.http_port})
-            yield started
+            self.run(_stop)
         finally:
-            serve.shutdown()
-            ray.shutdown()
+            self._pool.shutdown(wait=True)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Driver]:
+    driver = Driver()
+    try:
+        driver.run(_start, driver.http_port)
+        yield driver
+    finally:
+        driver.close()
+
+
+# ---------------------------------------------------------------- what the driver runs
+
+
+def _alive_nodes() -> list[dict[str, float]]:
+    return [node["Resources"] for node in ray.nodes() if node["Alive"]]
+
+
+def _tp4_in_both_layouts() -> tuple[dict[str, Any], dict[str, Any]]:
+    (mpi,), (actors,) = deployed(variant("tp4-mpi", 4), variant("tp4-ray", 4, ray_workers=True))
+    return mpi, actors
+
+
+def _one_gpu_replicas() -> list[dict[str, Any]]:
+    (reports,) = deployed(variant("tp1", 1, replicas=2))
+    return reports
+
+
+def _feasibility_error(app: dict[str, Any]) -> str | None:
+    try:
+        ensure_feasible_on_live_cluster(load_app_config(app))
+    except EngineConfigError as e:
+        return e.message
+    return None
+
+
+def _serve_default_app(args: dict[str, Any]) -> dict[str, str]:
+    """Deploys the app as 'default' under /default; each variant's node."""
+    from serve_app.app import build_app
+
+    serve.run(build_app(args), name="default", route_prefix="/default")
+    names = [v["name"] for v in args["variants"]]
+    handles = {name: serve.get_deployment_handle(f"variant-{name}", app_name="default") for name in names}
+    return {name: handle.info.remote().result()["node"] for name, handle in handles.items()}
+
+
+def _delete_app(name: str) -> None:
+    serve.delete(name)
+
+
+# ---------------------------------------------------------------- tests
 
 
 def test_the_local_cluster_has_two_nodes_of_four_h100(cluster):
-    nodes = [node for node in ray.nodes() if node["Alive"]]
+    nodes = cluster.run(_alive_nodes)
 
     assert len(nodes) == 2
-    assert all(node["Resources"]["GPU"] == 4 and node["Resources"]["accelerator_type:H100"] == 1 for node in nodes)
+    assert all(node["GPU"] == 4 and node["accelerator_type:H100"] == 1 for node in nodes)
 
 
 def test_tp4_replicas_get_four_gpus_of_one_node_in_both_layouts(cluster):
-    (mpi,) = deploy(variant("tp4-mpi", 4))
-    (actors,) = deploy(variant("tp4-ray", 4, ray_workers=True))
+    mpi, actors = cluster.run(_tp4_in_both_layouts)
 
     # In-replica ranks (MPI): the replica holds all four GPUs; its children inherit CUDA_VISIBLE_DEVICES.
     assert len(mpi["gpu_ids"]) == 4
@@ -133,28 +220,23 @@ def test_tp4_replicas_get_four_gpus_of_one_node_in_both_layouts(cluster):
     assert len({gpu for rank in actors["ranks"] for gpu in rank["gpu_ids"]}) == 4
     # Two TP4 replicas on 2 x 4 GPUs: one node each, whatever order Serve placed them in.
     assert mpi["node"] != actors["node"]
-    serve.delete("tp4-mpi")
-    serve.delete("tp4-ray")
 
 
 def test_one_gpu_replicas_spread_over_the_nodes(cluster):
-    reports = deploy(variant("tp1", 1, replicas=2))
+    reports = cluster.run(_one_gpu_replicas)
 
     assert [len(report["gpu_ids"]) for report in reports] == [1, 1]
     assert all(report["cuda_visible_devices"] == report["gpu_ids"][0] for report in reports)
     assert len({report["node"] for report in reports}) == 2
-    serve.delete("tp1")
 
 
 def test_missing_accelerator_type_fails_the_deploy_check_instead_of_hanging(cluster):
-    config = load_app_config(
-        {"model_name": "m", "variants": [variant("needs-a100", 1, accelerator="A100").model_dump()]}
-    )
+    app = {"model_name": "m", "variants": [variant("needs-a100", 1, accelerator="A100").model_dump()]}
 
-    with pytest.raises(EngineConfigError) as info:
-        ensure_feasible_on_live_cluster(config)
+    message = cluster.run(_feasibility_error, app)
 
-    assert "needs-a100: needs accelerator type 'A100' but no node has it (the cluster has H100)" in info.value.message
+    assert message is not None
+    assert "needs-a100: needs accelerator type 'A100' but no node has it (the cluster has H100)" in message
 
 
 def test_the_default_app_serves_across_nodes(cluster):
@@ -163,19 +245,13 @@ def test_the_default_app_serves_across_nodes(cluster):
     import httpx
     import yaml
 
-    from serve_app.app import build_app
-
     args = yaml.safe_load((REPO / "serve_config.yaml").read_text())["applications"][0]["args"]
     for v in args["variants"]:
         v["resources"] = {"num_cpus": 1.5}  # 2 CPUs per node: one engine per node
         v.pop("autoscaling", None)
         v["num_replicas"] = 1
-    serve.run(build_app(args), name="default", route_prefix="/default")
     try:
-        nodes = {}
-        for v in args["variants"]:
-            handle = serve.get_deployment_handle(f"variant-{v['name']}", app_name="default")
-            nodes[v["name"]] = handle.info.remote().result()["node"]
+        nodes = cluster.run(_serve_default_app, args)
         assert len(set(nodes.values())) == 2, nodes
         url = f"http://127.0.0.1:{cluster.http_port}/default/v1/completions"
         for v in args["variants"]:
@@ -183,4 +259,4 @@ def test_the_default_app_serves_across_nodes(cluster):
             assert r.status_code == 200, r.text
             assert r.headers["x-route-variant"] == v["name"]
     finally:
-        serve.delete("default")
+        cluster.run(_delete_app, "default")
