@@ -6,6 +6,7 @@ natural split's capacity, judged by the issue's bar), or ``python -m sim calibra
     python -m sim sweep --scenario two_variant [--fractions 0.5 1.0] [--policies ...] [--json out.json]
                   [--duration-s S]
     python -m sim calibrate --records records.jsonl --profile PROFILE [--replicas N] [--json out.json]
+    python -m sim fit --records records.jsonl --profile PROFILE [--replicas N] [--json fitted.json]
 
 PROFILE is a built-in name (``engines.presets.PRESETS``) or a JSON file of an
 :class:`~engines.profile.EngineProfile`.
@@ -27,10 +28,11 @@ from engines.presets import PRESETS
 from engines.profile import EngineProfile
 from serve_app.config import ReplicaChoice
 from sim.calibrate import calibrate, render
+from sim.fit import FITTED, fit
 from sim.scenario import ALL_POLICIES, ALL_SCALING, SCENARIOS, run_matrix, table
 from sim.sweep import render_sweep, sweep
 
-COMMANDS = ("run", "calibrate", "sweep")
+COMMANDS = ("run", "calibrate", "sweep", "fit")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -95,6 +97,14 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--replicas", type=int, default=1, help="replicas the real run had")
     cal.add_argument("--max-ongoing-requests", type=int, default=None)
     cal.add_argument("--json", type=Path, default=None)
+
+    fit_p = sub.add_parser(
+        "fit", help="fit a profile's step model to a bench run's records (the simulator replays them); prints it"
+    )
+    fit_p.add_argument("--records", type=Path, required=True, help="records.jsonl of a `python -m bench load` run")
+    fit_p.add_argument("--profile", required=True, help="the start: a preset name or an EngineProfile JSON file")
+    fit_p.add_argument("--replicas", type=int, default=1, help="replicas the real run had")
+    fit_p.add_argument("--json", type=Path, default=None, help="write the fitted EngineProfile here")
     return parser
 
 
@@ -171,12 +181,27 @@ def _calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _fit(args: argparse.Namespace) -> int:
+    try:
+        result = fit(read_jsonl(args.records), load_profile(args.profile), replicas=args.replicas)
+    except (OSError, ValueError) as exc:
+        print(f"sim fit: {exc}", file=sys.stderr)
+        return 2
+    figures = {name: round(getattr(result.profile, name), 3) for name in FITTED}
+    print(f"fitted after {result.replays} replays, RMS log error {result.error:.3f}: {json.dumps(figures)}")
+    print(render(result.calibration))
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(result.profile.model_dump_json(indent=2) + "\n")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in (*COMMANDS, "-h", "--help"):
         argv = ["run", *argv]  # `python -m sim --json out.json` runs the built-in scenario
     args = build_parser().parse_args(argv)
-    commands = {"run": _run, "sweep": _sweep, "calibrate": _calibrate}
+    commands = {"run": _run, "sweep": _sweep, "calibrate": _calibrate, "fit": _fit}
     return commands[args.command](args)
 
 

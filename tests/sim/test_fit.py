@@ -1,0 +1,29 @@
+"""Fitting a profile: a run made by a known engine model is fitted back from a wrong start."""
+
+from __future__ import annotations
+
+from router import RouterConfig
+from sim.fit import fit
+from sim.simulator import Simulation, SimVariant
+from tests.sim.helpers import profile, request
+
+
+def measured_run(p):
+    router = RouterConfig(policy="round_robin")
+    reqs = [request(index=i, arrival_s=0.05 * i, prompt=100 + 37 * (i % 7), out=8 + i % 5) for i in range(200)]
+    sim = Simulation([SimVariant(name="real", profile=p, num_replicas=1, max_ongoing_requests=1_000_000)], router)
+    return sim.run(reqs).records
+
+
+def test_a_run_is_fitted_back_to_the_engine_that_made_it():
+    truth = profile(step_ms_at_batch_1=12.0, step_ms_per_extra_seq=1.5, overhead_ms=5.0)
+    start = profile(step_ms_at_batch_1=6.0, step_ms_per_extra_seq=0.5, overhead_ms=1.0)
+
+    result = fit(measured_run(truth), start)
+
+    assert result.error < 0.03
+    for metric in ("ttft_ms", "tpot_ms"):
+        error = result.calibration.row(metric, "p50").relative_error
+        assert error is not None and abs(error) < 0.03
+    assert result.profile.max_running_requests == start.max_running_requests  # limits are the config's
+    assert "fitted" in result.profile.source
