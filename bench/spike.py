@@ -1,12 +1,14 @@
 """``python -m bench spike``: a traffic spike against our app, autoscaled by each policy in turn.
 
 Starts a local Ray cluster (logical CPUs) and, for each autoscaling policy (ours, ``engine_load``, and
-Serve's default, ``ongoing_requests``), deploys the app in-process with one autoscaled ``builtin:tiny``
-variant, replays the *same* seeded trace (a steady rate, a step to several times it, back down), then
-waits a bounded time for the variant to scale back down. Reports, per policy: SLO attainment before,
-during and after the spike, replicas over time (``GET /variants``; plotted beside the offered load),
-requests rejected (429/503), streams cut (a 200 stream that ended in an error: must be zero), and the
-replica-seconds used against a fixed fleet of ``max_replicas`` sized for the peak.
+Serve's default, ``ongoing_requests``), deploys the app in-process with one autoscaled variant (``--model``:
+``builtin:tiny`` on the hf engine, or ``emulated:<preset>``, whose replicas take the preset's start-up time
+times ``--startup-time-scale`` and add real capacity even on two cores), replays the *same* seeded trace (a
+steady rate, a step to several times it, back down), then waits a bounded time for the variant to scale back
+down. Reports, per policy: SLO attainment before, during and after the spike, replicas over time
+(``GET /variants``; plotted beside the offered load), requests rejected (429/503), streams cut (a 200 stream
+that ended in an error: must be zero), and the replica-seconds used against a fixed fleet of ``max_replicas``
+sized for the peak.
 
 Writes ``--out DIR/<policy>/`` (records, replicas, plots, the load report) and ``DIR/report.md``; the
 comparison also goes to ``--json PATH``.
@@ -38,6 +40,7 @@ from bench.records import RequestRecord, write_jsonl
 from bench.replicas import ReplicaSample, poll_variants, write_samples
 from bench.report import machine_info
 from bench.workload import FixedLength, WorkloadConfig, build_requests
+from engines.presets import EMULATED_PREFIX
 
 POLICIES = ("engine_load", "ongoing_requests")
 MODEL = "spike-llama"
@@ -129,20 +132,30 @@ class PolicyReport(BaseModel):
     replicas_over_time: list[tuple[float, int]]
 
 
-def app_args(policy: str, shape: SpikeShape) -> dict[str, Any]:
-    """The served app: one autoscaled builtin:tiny variant under ``policy``."""
+def engine_args(model: str, shape: SpikeShape, startup_time_scale: float) -> dict[str, Any]:
+    """The variant's engine: the hf engine on ``model``, or the emulated one for ``emulated:<preset>``."""
+    if model.startswith(EMULATED_PREFIX):
+        return {
+            "backend": "emulated",
+            "preset": model,
+            "profile": {"max_running_requests": shape.max_running_requests},
+            "tokenizer": "builtin:tiny",
+            "startup_time_scale": startup_time_scale,
+        }
+    return {"backend": "hf", "model": model, "device": "cpu", "max_running_requests": shape.max_running_requests}
+
+
+def app_args(
+    policy: str, shape: SpikeShape, model: str = "builtin:tiny", startup_time_scale: float = 1.0
+) -> dict[str, Any]:
+    """The served app: one autoscaled variant of ``model`` under ``policy``."""
     return {
         "model_name": MODEL,
         "tokenizer": "builtin:tiny",
         "variants": [
             {
                 "name": VARIANT,
-                "engine": {
-                    "backend": "hf",
-                    "model": "builtin:tiny",
-                    "device": "cpu",
-                    "max_running_requests": shape.max_running_requests,
-                },
+                "engine": engine_args(model, shape, startup_time_scale),
                 "resources": {"num_cpus": 0.25},
                 "max_ongoing_requests": 32,
                 "autoscaling": {
@@ -229,6 +242,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--policy", choices=POLICIES, action="append", default=None, help="run only these (repeatable)")
     p.add_argument("--out", type=Path, default=Path("bench/results/spike"), help="directory for all outputs")
     p.add_argument("--json", type=Path, default=None, help="also write the comparison JSON here")
+    p.add_argument(
+        "--model", default="builtin:tiny", help="builtin:<name> (hf engine) or emulated:<preset> (engines/presets.py)"
+    )
+    p.add_argument(
+        "--startup-time-scale",
+        type=float,
+        default=1.0,
+        help="an emulated preset's start-up time is multiplied by this (its new replicas' cold start)",
+    )
     p.add_argument("--num-cpus", type=int, default=8, help="logical CPUs of the local Ray cluster")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-progress", dest="progress", action="store_false")
@@ -295,7 +317,7 @@ def _run_policy(policy: str, shape: SpikeShape, url: str, out: Path, args: argpa
 
     from serve_app.app import build_app
 
-    serve.run(build_app(app_args(policy, shape)), name="spike", route_prefix="/")
+    serve.run(build_app(app_args(policy, shape, args.model, args.startup_time_scale)), name="spike", route_prefix="/")
     try:
         records, samples = asyncio.run(drive_spike(url, shape, args.seed, args.progress))
     finally:
@@ -308,7 +330,7 @@ def _run_policy(policy: str, shape: SpikeShape, url: str, out: Path, args: argpa
     return policy_report(policy, records, samples, shape)
 
 
-def render_report(reports: Sequence[PolicyReport], shape: SpikeShape, command: str) -> str:
+def render_report(reports: Sequence[PolicyReport], shape: SpikeShape, command: str, model: str = "builtin:tiny") -> str:
     def pct(value: float | None) -> str:
         return "-" if value is None else f"{value:.1%}"
 
@@ -322,7 +344,8 @@ def render_report(reports: Sequence[PolicyReport], shape: SpikeShape, command: s
         f"{shape.spike_duration_s:g} s, then {shape.base_rate:g} req/s for {shape.after_s:g} s; "
         f"{shape.input_tokens} prompt / {shape.output_tokens} output tokens; SLO TTFT {shape.slo_ttft_ms:g} ms, "
         f"TPOT {shape.slo_tpot_ms:g} ms",
-        f"* Variant: builtin:tiny, hf engine, {shape.max_running_requests} batch slots, replicas "
+        f"* Variant: {model} ({'emulated' if model.startswith(EMULATED_PREFIX) else 'hf'} engine), "
+        f"{shape.max_running_requests} batch slots, replicas "
         f"{shape.min_replicas}..{shape.max_replicas}, upscale/downscale delay {shape.upscale_delay_s:g}/"
         f"{shape.downscale_delay_s:g} s, look-back {shape.look_back_period_s:g} s; Serve's default policy with "
         f"target_ongoing_requests {shape.target_ongoing_requests:g}",
@@ -366,7 +389,7 @@ def run(args: argparse.Namespace) -> int:
         ray.shutdown()
     command = shlex.join(["python", "-m", "bench", *getattr(args, "argv", sys.argv[1:])])
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "report.md").write_text(render_report(reports, shape, command))
+    (args.out / "report.md").write_text(render_report(reports, shape, command, args.model))
     payload = {
         "command": command,
         "shape": shape.model_dump(),

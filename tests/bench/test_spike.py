@@ -76,3 +76,11 @@ def test_the_benched_app_is_a_valid_config(policy):
 
     assert variant.autoscaling is not None and variant.autoscaling.policy == policy
     assert variant.autoscaling.max_replicas == QUICK.max_replicas
+
+
+def test_an_emulated_preset_is_benched_with_the_shapes_batch_slots_and_a_scaled_cold_start():
+    engine = load_app_config(app_args("engine_load", QUICK, "emulated:h200-llama-3.1-8b-int4", 0.1)).variants[0].engine
+
+    assert engine.backend == "emulated"
+    assert engine.engine_profile().max_running_requests == QUICK.max_running_requests  # type: ignore[union-attr]
+    assert engine.startup_time_scale == 0.1  # type: ignore[union-attr]
