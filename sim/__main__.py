@@ -104,6 +104,13 @@ def build_parser() -> argparse.ArgumentParser:
     fit_p.add_argument("--records", type=Path, required=True, help="records.jsonl of a `python -m bench load` run")
     fit_p.add_argument("--profile", required=True, help="the start: a preset name or an EngineProfile JSON file")
     fit_p.add_argument("--replicas", type=int, default=1, help="replicas the real run had")
+    fit_p.add_argument(
+        "--keep",
+        action="append",
+        default=[],
+        choices=FITTED,
+        help="a figure to keep as the start profile has it (repeatable), e.g. overhead_ms at the stack's own",
+    )
     fit_p.add_argument("--json", type=Path, default=None, help="write the fitted EngineProfile here")
     return parser
 
@@ -183,7 +190,7 @@ def _calibrate(args: argparse.Namespace) -> int:
 
 def _fit(args: argparse.Namespace) -> int:
     try:
-        result = fit(read_jsonl(args.records), load_profile(args.profile), replicas=args.replicas)
+        result = fit(read_jsonl(args.records), load_profile(args.profile), replicas=args.replicas, keep=args.keep)
     except (OSError, ValueError) as exc:
         print(f"sim fit: {exc}", file=sys.stderr)
         return 2

@@ -52,8 +52,18 @@ def _scaled(profile: EngineProfile, field: str, factor: float) -> EngineProfile:
     return profile.model_copy(update={field: value})
 
 
-def fit(records: Sequence[RequestRecord], start: EngineProfile, *, replicas: int = 1) -> Fit:
-    """The profile nearest ``records``, searched from ``start``."""
+def fit(
+    records: Sequence[RequestRecord], start: EngineProfile, *, replicas: int = 1, keep: Sequence[str] = ()
+) -> Fit:
+    """The profile nearest ``records``, searched from ``start``; the figures named in ``keep`` stay as given.
+
+    Keep ``overhead_ms`` at what the stack itself adds at that load (measured with an emulated variant through
+    the same stack) to fit an emulated engine: it spends the stack's time for real, and the rest is the engine's.
+    """
+    unknown = set(keep) - set(FITTED)
+    if unknown:
+        raise ValueError(f"cannot keep {sorted(unknown)}: the fitted figures are {', '.join(FITTED)}")
+    fitted = [name for name in FITTED if name not in keep]
     replays = 0
 
     def evaluate(profile: EngineProfile) -> tuple[float, Calibration]:
@@ -68,7 +78,7 @@ def fit(records: Sequence[RequestRecord], start: EngineProfile, *, replicas: int
         improved = True
         while improved:
             improved = False
-            for field in FITTED:
+            for field in fitted:
                 for factor in (step, 1 / step):
                     candidate = _scaled(best, field, factor)
                     error, calibration = evaluate(candidate)
