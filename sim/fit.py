@@ -52,9 +52,7 @@ def _scaled(profile: EngineProfile, field: str, factor: float) -> EngineProfile:
     return profile.model_copy(update={field: value})
 
 
-def fit(
-    records: Sequence[RequestRecord], start: EngineProfile, *, replicas: int = 1, keep: Sequence[str] = ()
-) -> Fit:
+def fit(records: Sequence[RequestRecord], start: EngineProfile, *, replicas: int = 1, keep: Sequence[str] = ()) -> Fit:
     """The profile nearest ``records``, searched from ``start``; the figures named in ``keep`` stay as given.
 
     Keep ``overhead_ms`` at what the stack itself adds at that load (measured with an emulated variant through
