@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from router import RouterConfig
 from sim.fit import fit
 from sim.simulator import Simulation, SimVariant
@@ -27,3 +29,15 @@ def test_a_run_is_fitted_back_to_the_engine_that_made_it():
         assert error is not None and abs(error) < 0.03
     assert result.profile.max_running_requests == start.max_running_requests  # limits are the config's
     assert "fitted" in result.profile.source
+
+
+def test_a_kept_figure_stays_as_given_and_an_unknown_one_is_refused():
+    truth = profile(step_ms_at_batch_1=12.0, overhead_ms=5.0)
+    start = profile(step_ms_at_batch_1=6.0, overhead_ms=5.0)
+
+    result = fit(measured_run(truth), start, keep=["overhead_ms"])
+
+    assert result.profile.overhead_ms == 5.0
+    assert abs(result.profile.step_ms_at_batch_1 - 12.0) < 1.0
+    with pytest.raises(ValueError, match="max_running_requests"):
+        fit(measured_run(truth), start, keep=["max_running_requests"])
