@@ -92,6 +92,10 @@ class _Bucket:
     level: float
     updated: float
 
+    def give_back(self, amount: float) -> None:
+        """Returns what a request took but did not use (it was refused by a later check)."""
+        self.level = min(self.capacity, self.level + amount)
+
     def take(self, amount: float, now: float) -> float:
         """Takes ``amount``; returns 0 on success, else the seconds until it would fit (taking nothing)."""
         self.level = min(self.capacity, self.level + (now - self.updated) * self.per_s)
@@ -169,6 +173,8 @@ class KeyStore:
                 )
         if principal.tokens is not None:
             wait = principal.tokens.take(tokens, now)
+            if wait and principal.requests is not None:
+                principal.requests.give_back(1)  # the request is refused: it must not count against the key
             if wait == math.inf:
                 raise OverloadedError(
                     f"This request needs {tokens} tokens, more than key '{principal.name}' may use per minute.",

@@ -88,6 +88,18 @@ class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="ignore")
     role: Literal["system", "user", "assistant", "developer", "tool"]
     content: str | list[dict[str, Any]] | None = None
+    name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = Field(None, description="An assistant's calls, for templates with tools.")
+    tool_call_id: str | None = Field(None, description="Which call a tool message answers.")
+
+    def for_template(self) -> dict[str, Any]:
+        """The message as chat templates take it: OpenAI's 'developer' is the system role of every template."""
+        message: dict[str, Any] = {"role": "system" if self.role == "developer" else self.role, "content": self.text()}
+        for key in ("name", "tool_calls", "tool_call_id"):
+            value = getattr(self, key)
+            if value is not None:
+                message[key] = value
+        return message
 
     def text(self) -> str:
         if isinstance(self.content, list):  # OpenAI content parts: we take the text parts

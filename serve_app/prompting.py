@@ -9,8 +9,28 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from jinja2 import TemplateError
+
 from engines.errors import InvalidRequestError
 from serve_app.openai_api import ChatMessage
+
+
+def _check_encodable(text: str, param: str) -> None:
+    """A lone UTF-16 surrogate ("\\ud800" in JSON) is no text: the tokenizer cannot encode it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InvalidRequestError(
+            f"'{param}' holds a character that is not valid Unicode text (at {e.start}): {e.reason}.", param=param
+        ) from None
+
+
+def _first_unusual(messages: Sequence[ChatMessage]) -> str:
+    """The message most likely refused by a template: the first tool message or call, else the list."""
+    for index, message in enumerate(messages):
+        if message.role == "tool" or message.tool_calls:
+            return f"messages[{index}]"
+    return "messages"
 
 
 class PromptBuilder:
@@ -24,7 +44,13 @@ class PromptBuilder:
 
     def completion(self, prompt: str | list[int]) -> list[int]:
         if isinstance(prompt, str):
-            return list(self.tokenizer.encode(prompt, add_special_tokens=True))
+            _check_encodable(prompt, "prompt")
+            ids = list(self.tokenizer.encode(prompt, add_special_tokens=True))
+            if not ids:
+                raise InvalidRequestError("The prompt is empty: send at least one token.", param="prompt")
+            return ids
+        if not prompt:
+            raise InvalidRequestError("The prompt is empty: send at least one token.", param="prompt")
         bad = next((t for t in prompt if not 0 <= t < self.vocab_size), None)
         if bad is not None:
             raise InvalidRequestError(
@@ -35,11 +61,21 @@ class PromptBuilder:
     def chat(self, messages: Sequence[ChatMessage]) -> list[int]:
         if not getattr(self.tokenizer, "chat_template", None):
             raise InvalidRequestError("This model has no chat template: use /v1/completions.", param="messages")
+        conversation = []
+        for index, message in enumerate(messages):
+            try:
+                rendered = message.for_template()
+            except ValueError as e:
+                raise InvalidRequestError(str(e), param=f"messages[{index}].content") from None
+            _check_encodable(rendered["content"], f"messages[{index}].content")
+            conversation.append(rendered)
         try:
-            conversation = [{"role": m.role, "content": m.text()} for m in messages]
-        except ValueError as e:
-            raise InvalidRequestError(str(e), param="messages") from None
-        ids: Any = self.tokenizer.apply_chat_template(conversation, add_generation_prompt=True, tokenize=True)
+            ids: Any = self.tokenizer.apply_chat_template(conversation, add_generation_prompt=True, tokenize=True)
+        except TemplateError as e:
+            # The template's own refusal (an unsupported role, tool calls it cannot render): the client's message.
+            raise InvalidRequestError(
+                f"This model's chat template cannot render these messages: {e}", param=_first_unusual(messages)
+            ) from None
         if not isinstance(ids, list):  # transformers 5 may return a BatchEncoding
             ids = ids["input_ids"]
         return list(ids)

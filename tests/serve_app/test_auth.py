@@ -90,6 +90,16 @@ def test_tokens_per_minute_charges_prompt_plus_max_tokens():
         store.admit(caller, 5000, now=100.0)
 
 
+def test_a_request_refused_for_tokens_does_not_use_up_a_request():
+    store = _store(requests_per_minute=2, tokens_per_minute=1000)
+    caller = store.authenticate("Bearer sk-alice-secret")
+    store.admit(caller, 900, now=0.0)
+    for _ in range(3):  # refused by the token bucket: the request bucket gives its token back
+        with pytest.raises(OverloadedError, match="tokens per minute"):
+            store.admit(caller, 900, now=0.0)
+    store.admit(caller, 50, now=0.0)  # the second request of the minute is still there
+
+
 def test_concurrent_streams_are_limited_and_released():
     store = _store(max_concurrent_streams=1)
     caller = store.authenticate("Bearer sk-alice-secret")

@@ -227,7 +227,35 @@ BAD_REQUESTS = [
     ("top_p out of range", {"model": MODEL, "prompt": "x", "top_p": 0}, 400, "top_p"),
     ("unknown model", {"model": "gpt-17", "prompt": "x"}, 404, "model"),
     ("token id outside vocab", {"model": MODEL, "prompt": [10**9]}, 400, "prompt"),
+    ("empty token prompt", {"model": MODEL, "prompt": []}, 400, "prompt"),
+    ("lone surrogate", b'{"model": "local-llama", "prompt": "a\\ud800b"}', 400, "prompt"),
 ]
+
+BAD_CHATS = [
+    ("lone surrogate", [{"role": "user", "content": "a\ud800"}], "messages[0].content"),
+    (
+        "tool message the template cannot render",
+        [{"role": "user", "content": "hi"}, {"role": "tool", "content": "42", "tool_call_id": "c1"}],
+        "messages[1]",
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "messages", "param"), BAD_CHATS, ids=[c[0] for c in BAD_CHATS])
+def test_chat_messages_a_template_or_tokenizer_cannot_take_get_a_400_naming_them(http, case, messages, param):
+    body = json.dumps({"model": MODEL, "messages": messages}).encode()  # json.dumps keeps "\ud800" escaped
+    r = http.post("/v1/chat/completions", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == param
+
+
+def test_a_developer_message_is_the_system_prompt(client):
+    chat = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "developer", "content": "Answer briefly."}, {"role": "user", "content": "Hello"}],
+        max_tokens=4,
+    )
+    assert chat.choices[0].message.content is not None
 
 
 @pytest.mark.parametrize(("case", "body", "status", "param"), BAD_REQUESTS, ids=[c[0] for c in BAD_REQUESTS])
