@@ -1,12 +1,18 @@
 """OpenAI request bodies we accept, validated with pydantic, and their mapping onto engine sampling params.
 
 Unknown fields are ignored (clients such as the ``openai`` SDK send fields like ``user``); known fields are
-checked for type and range, and every failure names its field (OpenAI's ``error.param``).
+checked for type and range, and every failure names its field (OpenAI's ``error.param``). OpenAI fields that
+change what a client gets back and that this server does not implement (logprobs, penalties, tools, structured
+output, ...) are refused with a 400 naming them when set to anything but their neutral value, never silently
+dropped: :data:`UNSUPPORTED_COMPLETION` and :data:`UNSUPPORTED_CHAT` list them (from the ``openai`` package's
+``completion_create_params`` and ``chat/completion_create_params``). Fields that change nothing a client sees
+(``user``, ``metadata``, ``store``, ``service_tier``, ``prompt_cache_key``, ...) are ignored.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import json
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -68,11 +74,51 @@ class _SamplingFields(BaseModel):
         return bool(self.stream_options and self.stream_options.include_usage)
 
 
+# Field -> the values that ask for nothing (what absent means). Anything else is refused with a 400 naming the field.
+_PENALTIES: dict[str, tuple[Any, ...]] = {"frequency_penalty": (None, 0, 0.0), "presence_penalty": (None, 0, 0.0)}
+UNSUPPORTED_COMPLETION: dict[str, tuple[Any, ...]] = {
+    **_PENALTIES,
+    "best_of": (None, 1),
+    "echo": (None, False),
+    "logit_bias": (None, {}),
+    "logprobs": (None,),
+    "suffix": (None, ""),
+}
+UNSUPPORTED_CHAT: dict[str, tuple[Any, ...]] = {
+    **_PENALTIES,
+    "audio": (None,),
+    "function_call": (None, "none", "auto"),
+    "functions": (None, []),
+    "logit_bias": (None, {}),
+    "logprobs": (None, False),
+    "top_logprobs": (None, 0),
+    "modalities": (None, ["text"]),
+    "moderation": (None,),
+    "prediction": (None,),
+    "response_format": (None, {"type": "text"}),
+    "tool_choice": (None, "none", "auto"),
+    "tools": (None, []),
+    "web_search_options": (None,),
+}
+
+
+def refuse_unsupported(body: dict[str, Any], unsupported: dict[str, tuple[Any, ...]]) -> None:
+    """Raises ``InvalidRequestError`` for the first field of ``unsupported`` set to a value that asks for something."""
+    for name, neutral in unsupported.items():
+        if name in body and not any(body[name] == value and type(body[name]) is type(value) for value in neutral):
+            raise InvalidRequestError(
+                f"'{name}' is not supported by this server, so it is refused rather than ignored: "
+                f"remove it (or send {json.dumps(neutral[-1])}).",
+                param=name,
+            )
+
+
 class CompletionRequest(_SamplingFields):
     """POST /v1/completions. ``prompt`` is text or a list of token ids (one prompt per request)."""
 
+    unsupported: ClassVar[dict[str, tuple[Any, ...]]] = UNSUPPORTED_COMPLETION
+
     prompt: str | list[int] | list[str] | list[list[int]]
-    echo: bool = False
 
     @field_validator("prompt")
     @classmethod
@@ -115,6 +161,8 @@ class ChatMessage(BaseModel):
 class ChatCompletionRequest(_SamplingFields):
     """POST /v1/chat/completions."""
 
+    unsupported: ClassVar[dict[str, tuple[Any, ...]]] = UNSUPPORTED_CHAT
+
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = None
 
@@ -126,6 +174,7 @@ def parse_request(model: type[BaseModel], body: Any) -> Any:
     """Validates ``body`` as ``model``; the first problem becomes an ``InvalidRequestError`` naming the field."""
     if not isinstance(body, dict):
         raise InvalidRequestError("The request body must be a JSON object.")
+    refuse_unsupported(body, getattr(model, "unsupported", {}))
     try:
         return model.model_validate(body)
     except ValidationError as e:

@@ -323,3 +323,15 @@ def test_unknown_slo_tier_is_a_bad_request(http):
     )
     assert r.status_code == 400
     assert r.json()["error"]["param"] == "x-slo-tier"
+
+
+def test_an_unsupported_openai_field_is_refused_by_name_not_ignored(client):
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "Hi"}],
+            max_tokens=4,
+            response_format={"type": "json_object"},
+        )
+    assert err.value.status_code == 400
+    assert err.value.body["param"] == "response_format"  # type: ignore[index]
