@@ -54,6 +54,7 @@ class EngineDeployment:
             "name": self.variant.name,
             "context_length": self.engine.context_length,
             "pid": os.getpid(),
+            "replica": self._replica,  # the id its stats are posted under (GET /variants replica_stats)
             "node": ray.get_runtime_context().get_node_id(),
         }
 

@@ -421,9 +421,7 @@ class Ingress:
         flight.recorder = RequestRecorder(self._metrics, variant, features.slo.ttft_ms, features.slo.tpot_ms)
         gen_request = GenerationRequest(flight.request_id, prompt_ids, req.sampling(max_tokens))
         dispatched_at = time.monotonic()
-        flight.stream = self._stream_handles[variant].generate.remote(gen_request)
-        async with asyncio.timeout(flight.remaining()):
-            first = await anext(flight.stream, None)
+        first = await self._first_delta(flight, variant, gen_request)
         if first is None:
             first = Delta(text="", token_ids=[], finish_reason="stop", prompt_tokens=len(prompt_ids))
         self._routing.first_token(flight.ticket)
@@ -431,6 +429,30 @@ class Ingress:
         flight.recorder.chunk(first.completion_tokens)
         logger.info("request %s -> %s (%s, %d prompt tokens)", flight.request_id, variant, reason, len(prompt_ids))
         return req, first
+
+    async def _first_delta(self, flight: _Flight, variant: str, request: GenerationRequest) -> Delta | None:
+        """Dispatches the request and waits for its first delta, within the request's time limit.
+
+        A replica that dies before the first token has sent the client nothing, so the request goes once more to
+        the variant: Serve's handle drops a replica whose actor died and picks another (or waits for the one it
+        starts in its place). After the first token a replica's death is the stream's error event instead."""
+        for attempt in (1, 2):
+            flight.stream = self._stream_handles[variant].generate.remote(request)
+            try:
+                async with asyncio.timeout(flight.remaining()):
+                    return await anext(flight.stream, None)
+            except (RayActorError, ActorUnavailableError) as exc:
+                if attempt == 2:
+                    raise
+                flight.stream.cancel()
+                self._metrics.retries.inc(1, {"variant": variant})
+                logger.warning(
+                    "request %s: a replica of %s stopped before the first token (%s); sending it again",
+                    flight.request_id,
+                    variant,
+                    type(exc).__name__,
+                )
+        raise AssertionError("unreachable")
 
     async def _deltas(self, flight: _Flight, first: Delta) -> AsyncGenerator[Delta, None]:
         """``first``, then the variant's deltas up to the finishing one, within the request's time limit."""

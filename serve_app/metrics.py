@@ -76,6 +76,11 @@ class IngressMetrics:
         self.cancelled = metrics.Counter(
             "vs_cancelled_total", "Streams the client abandoned (engine request aborted).", tag_keys=("variant",)
         )
+        self.retries = metrics.Counter(
+            "vs_retries_total",
+            "Requests sent again because their engine replica stopped before the first token.",
+            tag_keys=("variant",),
+        )
         self.itl_off_loop = OffLoopObserver(self.itl)  # once per streamed chunk: kept off the event loop
 
 
