@@ -28,6 +28,8 @@ from types import ModuleType
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.openapi.utils import get_openapi
+from pydantic import BaseModel
 from ray import serve
 from ray.exceptions import ActorUnavailableError, RayActorError, RayTaskError
 from ray.serve.grpc_util import RayServegRPCContext
@@ -60,6 +62,32 @@ from serve_app.routing import RouteTicket, RoutingTable
 logger = logging.getLogger("ray.serve")
 
 app = FastAPI(title="variant-serve", docs_url=None, redoc_url=None)
+
+# The generation routes read and validate their bodies themselves (to answer in OpenAI's error shape), so FastAPI
+# cannot see them: /openapi.json gets their request schemas added here, for clients and schema-driven fuzzers.
+_REQUEST_BODIES: dict[str, type[BaseModel]] = {
+    "/v1/completions": CompletionRequest,
+    "/v1/chat/completions": ChatCompletionRequest,
+}
+
+
+def _openapi() -> dict[str, Any]:
+    if app.openapi_schema is None:
+        schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        for path, model in _REQUEST_BODIES.items():
+            body = model.model_json_schema(ref_template="#/components/schemas/{model}")
+            components.update(body.pop("$defs", {}))
+            components[model.__name__] = body
+            schema["paths"][path]["post"]["requestBody"] = {
+                "required": True,
+                "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{model.__name__}"}}},
+            }
+        app.openapi_schema = schema
+    return app.openapi_schema
+
+
+app.openapi = _openapi  # type: ignore[method-assign]
 
 
 def _request_id(headers: Mapping[str, str]) -> str:

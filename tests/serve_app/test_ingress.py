@@ -335,3 +335,15 @@ def test_an_unsupported_openai_field_is_refused_by_name_not_ignored(client):
         )
     assert err.value.status_code == 400
     assert err.value.body["param"] == "response_format"  # type: ignore[index]
+
+
+def test_openapi_describes_the_request_bodies_of_both_generation_routes(http):
+    schema = http.get("/openapi.json").json()
+    for path, model in (("/v1/completions", "CompletionRequest"), ("/v1/chat/completions", "ChatCompletionRequest")):
+        body = schema["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]
+        assert body == {"$ref": f"#/components/schemas/{model}"}
+    components = schema["components"]["schemas"]
+    assert "prompt" in components["CompletionRequest"]["properties"]
+    assert components["ChatCompletionRequest"]["properties"]["messages"]["items"] == {
+        "$ref": "#/components/schemas/ChatMessage"
+    }
