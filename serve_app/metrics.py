@@ -34,6 +34,7 @@ METRIC_NAMES = (
     "vs_completion_tokens_total",
     "vs_slo_total",
     "vs_cancelled_total",
+    "vs_retries_total",
     "vs_engine_queued_requests",
     "vs_engine_running_requests",
     "vs_engine_kv_used_fraction",
