@@ -33,10 +33,10 @@ from typing import Any
 from engines.batching import ContinuousBatch, Iteration
 from engines.coalesce import coalesce
 from engines.config import EmulatedEngineConfig
-from engines.errors import ContextTooLongError, EngineConfigError, EngineDeadError, OverloadedError
+from engines.errors import EngineConfigError, EngineDeadError, OverloadedError
 from engines.iteration_timer import IterationTimer
 from engines.output_text import OutputText, stop_token_ids
-from engines.protocol import Delta, Engine, EngineStats, GenerationRequest, validate_request
+from engines.protocol import Delta, Engine, EngineStats, GenerationRequest, check_fits_context, validate_request
 from engines.rate import TokenRate
 from engines.token_source import TokenSource
 
@@ -176,15 +176,7 @@ class EmulatedEngine(Engine):
         if not self._started or self._stopped:
             raise EngineDeadError("The engine is not running.")
         validate_request(request, context_length=self.context_length, vocab_size=self._vocab_size)
-        prompt_len, max_tokens = len(request.prompt_token_ids), request.sampling.max_tokens
-        if prompt_len + max_tokens > self.context_length:
-            raise ContextTooLongError(
-                f"This model's context length is {self.context_length} tokens, but {prompt_len + max_tokens} "
-                f"were requested ({prompt_len} in the prompt, {max_tokens} for the output): "
-                "shorten the prompt or lower max_tokens.",
-                prompt_tokens=prompt_len,
-                context_length=self.context_length,
-            )
+        check_fits_context(request, self.context_length)
         batch = self._batch
         must_wait = bool(batch.waiting) or batch.running >= self.profile.max_running_requests
         if must_wait and len(batch.waiting) >= self.config.max_queued_requests:

@@ -22,7 +22,7 @@ from typing import Any
 
 from engines.coalesce import coalesce
 from engines.config import HFEngineConfig
-from engines.errors import ContextTooLongError, EngineConfigError, EngineDeadError, OverloadedError
+from engines.errors import EngineConfigError, EngineDeadError, OverloadedError
 from engines.output_text import OutputText, stop_token_ids
 from engines.protocol import (
     FINISH_ABORT,
@@ -30,6 +30,7 @@ from engines.protocol import (
     Engine,
     EngineStats,
     GenerationRequest,
+    check_fits_context,
     validate_request,
 )
 from engines.rate import TokenRate
@@ -260,15 +261,7 @@ class HFEngine(Engine):
         if self._manager is None or self._stopped:
             raise EngineDeadError("The engine is not running.")
         validate_request(request, context_length=self._context_length, vocab_size=self._vocab_size)
-        prompt_len, max_tokens = len(request.prompt_token_ids), request.sampling.max_tokens
-        if prompt_len + max_tokens > self._context_length:
-            raise ContextTooLongError(
-                f"This model's context length is {self._context_length} tokens, but {prompt_len + max_tokens} "
-                f"were requested ({prompt_len} in the prompt, {max_tokens} for the output): "
-                "shorten the prompt or lower max_tokens.",
-                prompt_tokens=prompt_len,
-                context_length=self._context_length,
-            )
+        check_fits_context(request, self._context_length)
         stats = self.stats()
         if stats.queued_requests >= self.config.max_queued_requests:
             raise OverloadedError(

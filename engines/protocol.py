@@ -125,6 +125,20 @@ def validate_request(request: GenerationRequest, *, context_length: int, vocab_s
         )
 
 
+def check_fits_context(request: GenerationRequest, context_length: int) -> None:
+    """Refuses a request whose prompt plus max_tokens would not fit the context (engines that reserve the whole
+    sequence at admission, as transformers' cache and TensorRT-LLM's GUARANTEED_NO_EVICT scheduler do)."""
+    prompt_len, max_tokens = len(request.prompt_token_ids), request.sampling.max_tokens
+    if prompt_len + max_tokens > context_length:
+        raise ContextTooLongError(
+            f"This model's context length is {context_length} tokens, but {prompt_len + max_tokens} "
+            f"were requested ({prompt_len} in the prompt, {max_tokens} for the output): "
+            "shorten the prompt or lower max_tokens.",
+            prompt_tokens=prompt_len,
+            context_length=context_length,
+        )
+
+
 class Engine(abc.ABC):
     """One inference engine instance (one per Serve replica)."""
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from bench.workload import Slo
 from engines.profile import EngineProfile
-from router import SLO, RequestFeatures
+from router import SLO, RequestFeatures, RouterConfig
 from sim.request import SimRequest
 
 
@@ -38,3 +38,13 @@ def request(
             prompt_tokens=prompt, max_tokens=out, slo=SLO(ttft_ms=slo.ttft_ms, tpot_ms=slo.tpot_ms)
         ),
     )
+
+
+def simulated_run(p: EngineProfile) -> list:
+    """200 requests of mixed lengths, 20 a second, through one replica of ``p``: a run made by a known engine."""
+    from sim.simulator import Simulation, SimVariant
+
+    router = RouterConfig(policy="round_robin")
+    reqs = [request(index=i, arrival_s=0.05 * i, prompt=100 + 37 * (i % 7), out=8 + i % 5) for i in range(200)]
+    sim = Simulation([SimVariant(name="real", profile=p, num_replicas=1, max_ongoing_requests=1_000_000)], router)
+    return sim.run(reqs).records

@@ -5,10 +5,8 @@ from __future__ import annotations
 import pytest
 
 from bench.summary import summarize
-from router import RouterConfig
 from sim.calibrate import calibrate, compare, relative_error
-from sim.simulator import Simulation, SimVariant
-from tests.sim.helpers import profile, request
+from tests.sim.helpers import profile, simulated_run
 
 
 def test_relative_error_is_signed_and_undefined_without_both_values():
@@ -18,15 +16,8 @@ def test_relative_error_is_signed_and_undefined_without_both_values():
     assert relative_error(0.0, 1.0) is None
 
 
-def measured_run(p):
-    router = RouterConfig(policy="round_robin")
-    reqs = [request(index=i, arrival_s=0.05 * i, prompt=100 + 37 * (i % 7), out=8 + i % 5) for i in range(200)]
-    sim = Simulation([SimVariant(name="real", profile=p, num_replicas=1, max_ongoing_requests=1_000_000)], router)
-    return sim.run(reqs).records
-
-
 def test_compare_lists_ttft_and_tpot_percentiles():
-    records = measured_run(profile())
+    records = simulated_run(profile())
     rows = compare(summarize(records), summarize(records))
 
     assert [(r.metric, r.percentile) for r in rows] == [
@@ -37,7 +28,7 @@ def test_compare_lists_ttft_and_tpot_percentiles():
 
 def test_replaying_a_run_on_its_own_engine_model_reproduces_it():
     p = profile()
-    result = calibrate(measured_run(p), p)
+    result = calibrate(simulated_run(p), p)
 
     assert result.requests == 200
     for metric in ("ttft_ms", "tpot_ms"):
@@ -46,7 +37,7 @@ def test_replaying_a_run_on_its_own_engine_model_reproduces_it():
 
 
 def test_a_profile_twice_too_slow_shows_up_as_a_large_error():
-    result = calibrate(measured_run(profile()), profile(step_ms_at_batch_1=20.0, prefill_tokens_per_s=5_000.0))
+    result = calibrate(simulated_run(profile()), profile(step_ms_at_batch_1=20.0, prefill_tokens_per_s=5_000.0))
 
     assert (result.row("ttft_ms", "p50").relative_error or 0.0) > 0.5
     assert (result.row("tpot_ms", "p50").relative_error or 0.0) > 0.5

@@ -4,24 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from router import RouterConfig
 from sim.fit import fit
-from sim.simulator import Simulation, SimVariant
-from tests.sim.helpers import profile, request
-
-
-def measured_run(p):
-    router = RouterConfig(policy="round_robin")
-    reqs = [request(index=i, arrival_s=0.05 * i, prompt=100 + 37 * (i % 7), out=8 + i % 5) for i in range(200)]
-    sim = Simulation([SimVariant(name="real", profile=p, num_replicas=1, max_ongoing_requests=1_000_000)], router)
-    return sim.run(reqs).records
+from tests.sim.helpers import profile, simulated_run
 
 
 def test_a_run_is_fitted_back_to_the_engine_that_made_it():
     truth = profile(step_ms_at_batch_1=12.0, step_ms_per_extra_seq=1.5, overhead_ms=5.0)
     start = profile(step_ms_at_batch_1=6.0, step_ms_per_extra_seq=0.5, overhead_ms=1.0)
 
-    result = fit(measured_run(truth), start)
+    result = fit(simulated_run(truth), start)
 
     assert result.error < 0.03
     for metric in ("ttft_ms", "tpot_ms"):
@@ -35,9 +26,9 @@ def test_a_kept_figure_stays_as_given_and_an_unknown_one_is_refused():
     truth = profile(step_ms_at_batch_1=12.0, overhead_ms=5.0)
     start = profile(step_ms_at_batch_1=6.0, overhead_ms=5.0)
 
-    result = fit(measured_run(truth), start, keep=["overhead_ms"])
+    result = fit(simulated_run(truth), start, keep=["overhead_ms"])
 
     assert result.profile.overhead_ms == 5.0
     assert abs(result.profile.step_ms_at_batch_1 - 12.0) < 1.0
     with pytest.raises(ValueError, match="max_running_requests"):
-        fit(measured_run(truth), start, keep=["max_running_requests"])
+        fit(simulated_run(truth), start, keep=["max_running_requests"])
