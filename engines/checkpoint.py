@@ -9,9 +9,12 @@ it at deploy time (on a machine that sees the checkpoints) and the TensorRT-LLM 
 
 Where each fact comes from, first match wins:
 
-* quantization: ModelOpt's ``hf_quant_config.json`` (``quantization.quant_algo``), then ``config.json``
-  ``quantization_config`` (``quant_method``: fp8 / awq / gptq / modelopt / compressed-tensors ...), then a
-  TensorRT-LLM checkpoint's or prebuilt engine's ``config.json`` (``pretrained_config.quantization``);
+* quantization: ModelOpt's ``hf_quant_config.json``, then ``config.json`` ``quantization_config``
+  (``quant_method``: fp8 / awq / gptq / modelopt / compressed-tensors ...), then a TensorRT-LLM checkpoint's or
+  prebuilt engine's ``config.json`` (``pretrained_config.quantization``). ModelOpt writes two shapes, read as
+  TensorRT-LLM reads them (``tensorrt_llm/quantization/modelopt_config.py``, ``parse_modelopt_quant_config``):
+  the legacy 0.x one nests ``quantization: {quant_algo, ...}``; the flat 1.x one has ``quant_method: "modelopt"``
+  (or ``producer.name: "modelopt"``) and ``quant_algo`` at the top level;
 * tensor parallel size: fixed only by TensorRT-LLM checkpoints and prebuilt engines (``mapping.tp_size``);
   any checkpoint fixes the head count, which tensor parallelism must divide;
 * longest sequence: an engine's ``build_config.max_seq_len``, else ``max_position_embeddings`` (stretched
@@ -46,8 +49,18 @@ _QUANT_ALGOS = {
     "W8A16": "int8_weight_only",
     "W4A16": "int4_weight_only",
     "W4A16_GPTQ": "int4_gptq",
+    # ModelOpt's alias, which TensorRT-LLM canonicalizes to FP8_BLOCK_SCALES (parse_modelopt_quant_config).
+    "FP8_PB_WO": "fp8",
     "NO_QUANT": "none",
 }
+# Spellings of "no quantization" in exported JSON (TensorRT-LLM's _algo_or_none treats them as None).
+_NO_ALGO = {"", "none", "null"}
+
+# Which TensorRT-LLM loader a variant goes through (None: not TensorRT-LLM, nothing loader-specific checked).
+# 'pytorch': tensorrt_llm.LLM / trtllm-serve's default backend, which loads Hugging Face checkpoints only;
+# 'tensorrt': the legacy engine backend (prebuilt engines, TensorRT-LLM checkpoints, HF checkpoints it builds);
+# 'auto': the trtllm backend's engine_format auto (engine directories and checkpoints to 'tensorrt', HF to 'pytorch').
+TrtllmLoader = Literal["pytorch", "tensorrt", "auto"]
 
 # compressed-tensors' ``format`` names (llm-compressor exports) -> our names.
 _COMPRESSED_TENSORS_FORMATS = {
@@ -74,6 +87,15 @@ class CheckpointInfo:
     tensor_parallel_size: int | None  # fixed by TensorRT-LLM checkpoints and engines only
     num_attention_heads: int | None
     max_seq_len: int | None
+    hf_quant_method: str | None = None  # config.json quantization_config.quant_method, lower case
+
+    def trtllm_loader(self, engine_format: str = "auto") -> Literal["pytorch", "tensorrt"]:
+        """The TensorRT-LLM backend ``engine_format`` ('auto' / 'pytorch' / 'tensorrt_engine') loads this with."""
+        if engine_format == "tensorrt_engine":
+            return "tensorrt"
+        if engine_format == "pytorch":
+            return "pytorch"
+        return "pytorch" if self.kind == "hf" else "tensorrt"
 
 
 def read_checkpoint(model: str | os.PathLike[str]) -> CheckpointInfo | None:
@@ -102,11 +124,13 @@ def validate_checkpoint(
     tensor_parallel_size: int = 1,
     max_seq_len: int | None = None,
     num_gpus: float | None = None,
+    trtllm_loader: TrtllmLoader | None = None,
 ) -> CheckpointInfo | None:
     """Checks a variant's declaration against its checkpoint; returns what the checkpoint says.
 
     ``quantization`` None with a concrete ``dtype`` declares unquantized weights in that dtype; None with
     dtype 'auto' checks no weights format. ``num_gpus`` is what the replica reserves (None: unknown).
+    ``trtllm_loader`` also checks that TensorRT-LLM's loader can read this checkpoint at all.
     Raises ``EngineConfigError`` listing every mismatch, each naming the declared and the found value.
     Returns None, checking only ``num_gpus``, when ``model`` is no local directory.
     """
@@ -120,6 +144,8 @@ def validate_checkpoint(
     info = read_checkpoint(model)
     if info is not None:
         problems.extend(_mismatches(info, dtype, quantization, tensor_parallel_size, max_seq_len))
+        if trtllm_loader is not None:
+            problems.extend(_loader_problems(info, trtllm_loader))
     if problems:
         raise EngineConfigError(f"model {os.fspath(model)!r} does not match its variant: " + "; ".join(problems))
     return info
@@ -137,6 +163,7 @@ def validate_engine_config(config: Any, *, num_gpus: float | None = None) -> Che
         tensor_parallel_size=config.tensor_parallel_size,
         max_seq_len=config.max_seq_len,
         num_gpus=num_gpus,
+        trtllm_loader=config.trtllm_loader(),
     )
 
 
@@ -176,6 +203,28 @@ def _mismatches(
     return problems
 
 
+def _loader_problems(info: CheckpointInfo, loader: TrtllmLoader) -> list[str]:
+    """What TensorRT-LLM's loader would fail on, later and less clearly, for this checkpoint."""
+    resolved = loader if loader != "auto" else info.trtllm_loader()
+    if resolved == "pytorch" and info.kind != "hf":
+        # TorchLlmArgs loads Hugging Face checkpoints (_ModelFormatKind.HF); engines and TensorRT-LLM checkpoints
+        # are inputs of the legacy TensorRT backend (llm_args.py get_model_format).
+        return [
+            f"the {info.kind.replace('_', ' ')} cannot be loaded by TensorRT-LLM's PyTorch backend (it loads Hugging "
+            "Face checkpoints only): use engine_format 'tensorrt_engine' / trtllm-serve --backend tensorrt, or the "
+            "Hugging Face checkpoint"
+        ]
+    if resolved == "pytorch" and info.hf_quant_method in ("awq", "gptq"):
+        # _torch/model_config.py load_hf_quant_config reads modelopt, fp8, mxfp4, mxfp8, compressed-tensors and
+        # nvfp4 quantization configs; an AutoAWQ / AutoGPTQ export has no branch there and fails while loading.
+        return [
+            f"TensorRT-LLM's PyTorch backend has no loader for Hugging Face {info.hf_quant_method.upper()} checkpoints "
+            f"({info.quantization_source}): serve a ModelOpt export of the same quantization (hf_quant_config.json, "
+            "e.g. quant_algo W4A16_AWQ) instead"
+        ]
+    return []
+
+
 def _read_hf(path: Path, config: dict[str, Any]) -> CheckpointInfo:
     nested = config.get("text_config")
     text: dict[str, Any] = nested if isinstance(nested, dict) else {}
@@ -185,6 +234,7 @@ def _read_hf(path: Path, config: dict[str, Any]) -> CheckpointInfo:
         return config.get(key, text.get(key))
 
     quantization, source = _hf_quantization(path, config)
+    qc = config.get("quantization_config")
     return CheckpointInfo(
         path=path,
         kind="hf",
@@ -194,6 +244,7 @@ def _read_hf(path: Path, config: dict[str, Any]) -> CheckpointInfo:
         tensor_parallel_size=None,
         num_attention_heads=_int_or_none(get("num_attention_heads")),
         max_seq_len=_context_length(get("max_position_embeddings"), get("rope_scaling")),
+        hf_quant_method=(str(qc.get("quant_method", "")).lower() or None) if isinstance(qc, dict) else None,
     )
 
 
@@ -226,8 +277,28 @@ def _modelopt_quantization(path: Path) -> tuple[str, str] | None:
     modelopt = _read_json(path / "hf_quant_config.json")
     if modelopt is None:
         return None
-    algo = (modelopt.get("quantization") or {}).get("quant_algo")
-    return _quant_algo(algo), f"quant_algo={algo} in hf_quant_config.json"
+    return _modelopt_algo(modelopt, "hf_quant_config.json")
+
+
+def is_modelopt_config(raw: dict[str, Any]) -> bool:
+    """ModelOpt's marker, as ``is_modelopt_quant_config`` (tensorrt_llm/quantization/modelopt_config.py) tests it."""
+    producer = raw.get("producer")
+    return str(raw.get("quant_method", "")).lower().startswith("modelopt") or (
+        isinstance(producer, dict) and producer.get("name") == "modelopt"
+    )
+
+
+def _modelopt_algo(raw: dict[str, Any], where: str) -> tuple[str, str]:
+    """A ModelOpt quant config of either shape: the legacy nested ``quantization`` wins, as in TensorRT-LLM's
+    ``parse_modelopt_quant_config``; else the flat 1.x top-level ``quant_algo``."""
+    if isinstance(raw.get("quantization"), dict):
+        algo = raw["quantization"].get("quant_algo")
+        return _quant_algo(algo), f"quantization.quant_algo={algo} in {where}"
+    algo = raw.get("quant_algo")
+    if is_modelopt_config(raw) or algo is not None:
+        return _quant_algo(algo), f"quant_algo={algo} in {where}"
+    # Neither shape: say so rather than read "unquantized" (the mistake this module exists to catch).
+    return "unknown", f"an hf_quant_config.json in neither ModelOpt shape ({where})"
 
 
 def _hf_quantization(path: Path, config: dict[str, Any]) -> tuple[str, str]:
@@ -245,9 +316,9 @@ def _hf_quantization(path: Path, config: dict[str, Any]) -> tuple[str, str]:
         bits = qc.get("bits")
         name = f"int4_{method}" if bits == 4 else f"{method}_{bits}bit"
         return name, f"quant_method={method}, bits={bits} in {where}"
-    if method == "modelopt":
-        algo = qc.get("quant_algo")
-        return _quant_algo(algo), f"quant_method=modelopt, quant_algo={algo} in {where}"
+    if is_modelopt_config(qc):
+        # Inline ModelOpt config, either shape (flat: quant_algo at the top; legacy: nested under quantization).
+        return _modelopt_algo(qc, where)
     if method == "compressed-tensors":
         fmt = qc.get("format")
         return _COMPRESSED_TENSORS_FORMATS.get(str(fmt), f"compressed-tensors:{fmt}"), f"format={fmt} in {where}"
@@ -255,9 +326,9 @@ def _hf_quantization(path: Path, config: dict[str, Any]) -> tuple[str, str]:
 
 
 def _quant_algo(algo: Any) -> str:
-    if algo is None:
+    if algo is None or str(algo).strip().lower() in _NO_ALGO:
         return "none"
-    return _QUANT_ALGOS.get(str(algo).upper(), str(algo))
+    return _QUANT_ALGOS.get(str(algo).strip().upper(), str(algo))
 
 
 def _context_length(max_positions: Any, rope_scaling: Any) -> int | None:

@@ -188,3 +188,76 @@ def test_visible_gpu_count_reads_what_ray_assigned(monkeypatch):
     assert visible_gpu_count() == 2
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     assert visible_gpu_count() is None
+
+
+# --- The audit's discrepancies (docs/tensorrt-llm.md) ---
+
+MODELOPT_1X_FP8 = {  # ModelOpt 1.x flat shape (tensorrt_llm/quantization/modelopt_config.py, "Flat")
+    "producer": {"name": "modelopt", "version": "1.0.0"},
+    "quant_method": "modelopt",
+    "quant_algo": "FP8",
+    "kv_cache_scheme": {"type": "float", "num_bits": 8},
+    "ignore": ["lm_head"],
+}
+
+
+@pytest.mark.contract
+def test_a_modelopt_1x_flat_hf_quant_config_is_read_as_its_quantization(tmp_path):
+    """D3: the flat 1.x shape has quant_algo at the top level; read as 'none' it refused a correct fp8 variant
+    and let a bfloat16 one through over FP8 weights."""
+    checkpoint = write(tmp_path, config=LLAMA, hf_quant_config=MODELOPT_1X_FP8)
+    assert validate_checkpoint(checkpoint, quantization="fp8").quantization == "fp8"
+    with pytest.raises(EngineConfigError, match="'fp8'"):
+        validate_checkpoint(checkpoint, dtype="bfloat16")
+
+
+@pytest.mark.contract
+@pytest.mark.parametrize(
+    "quantization_config",
+    [MODELOPT_1X_FP8, {"quant_method": "modelopt", "quantization": {"quant_algo": "FP8"}}],
+    ids=["flat", "nested"],
+)
+def test_an_inline_modelopt_quantization_config_of_either_shape_is_read(tmp_path, quantization_config):
+    write(tmp_path, config={**LLAMA, "quantization_config": quantization_config})
+    assert read_checkpoint(tmp_path).quantization == "fp8"
+
+
+@pytest.mark.contract
+@pytest.mark.parametrize(("algo", "expected"), [("fp8_pb_wo", "fp8"), ("null", "none"), ("", "none"), ("None", "none")])
+def test_modelopt_algo_spellings_are_read_as_tensorrt_llm_reads_them(tmp_path, algo, expected):
+    """D12: ModelOpt's fp8_pb_wo alias is FP8_BLOCK_SCALES; "null" / "" / "None" strings mean no quantization."""
+    modelopt = {"producer": {"name": "modelopt"}, "quantization": {"quant_algo": algo}}
+    write(tmp_path, config=LLAMA, hf_quant_config=modelopt)
+    assert read_checkpoint(tmp_path).quantization == expected
+
+
+def test_an_hf_quant_config_in_neither_modelopt_shape_is_not_read_as_unquantized(tmp_path):
+    write(tmp_path, config=LLAMA, hf_quant_config={"something": "else"})
+    with pytest.raises(EngineConfigError, match="neither ModelOpt shape"):
+        validate_checkpoint(tmp_path, dtype="bfloat16")
+
+
+@pytest.mark.contract
+@pytest.mark.parametrize("method", ["awq", "gptq"])
+def test_hf_awq_and_gptq_checkpoints_are_refused_for_tensorrt_llms_pytorch_loader(tmp_path, method):
+    """D11: _torch/model_config.py load_hf_quant_config has no AWQ / GPTQ branch; other servers (vLLM) load them."""
+    write(tmp_path, config={**LLAMA, "quantization_config": {"quant_method": method, "bits": 4}})
+    declared = f"int4_{method}"
+    with pytest.raises(EngineConfigError, match=f"no loader for Hugging Face {method.upper()}"):
+        validate_checkpoint(tmp_path, quantization=declared, trtllm_loader="pytorch")
+    assert validate_checkpoint(tmp_path, quantization=declared).quantization == declared  # not TensorRT-LLM
+    # trtllm-serve by default (PyTorch backend) is checked at deploy time too; a server at a url is not ours.
+    with pytest.raises(EngineConfigError, match="no loader"):
+        validate_engine_config(OpenAIServerEngineConfig(model=str(tmp_path), quantization=declared))
+    remote = OpenAIServerEngineConfig(model=str(tmp_path), quantization=declared, url="http://vllm:8000")
+    assert validate_engine_config(remote) is not None
+
+
+@pytest.mark.contract
+def test_engines_and_trtllm_checkpoints_are_refused_for_the_pytorch_loader(tmp_path):
+    """D10: TorchLlmArgs loads Hugging Face checkpoints only (llm_args.py get_model_format)."""
+    engine_dir = legacy_engine(tmp_path / "engine", tp=1)
+    with pytest.raises(EngineConfigError, match="PyTorch backend"):
+        validate_checkpoint(engine_dir, trtllm_loader="pytorch")
+    assert validate_checkpoint(engine_dir, trtllm_loader="auto").kind == "trtllm_engine"
+    assert validate_checkpoint(engine_dir, trtllm_loader="tensorrt").kind == "trtllm_engine"
