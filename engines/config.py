@@ -172,7 +172,10 @@ class TRTLLMEngineConfig(_Strict):
         "engine's build max_seq_len). Must not exceed the model's.",
     )
     enable_chunked_prefill: bool = Field(
-        False, description="Split long prompts over several steps so that decoding requests keep flowing."
+        True,
+        description="Split long prompts over several steps so that decoding requests keep flowing. On by default "
+        "(TensorRT-LLM's default is off): without it the PyTorch backend refuses every prompt longer than "
+        "max_num_tokens (llm.py _check_arguments), so turning it off needs max_num_tokens >= the longest prompt.",
     )
     kv_cache: KvCacheSettings = Field(default_factory=KvCacheSettings)
     stats_interval_s: float = Field(
@@ -181,6 +184,13 @@ class TRTLLMEngineConfig(_Strict):
         le=60,
         description="How often the replica drains TensorRT-LLM's iteration stats (KV use, active requests).",
     )
+    stats_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="How long one read of TensorRT-LLM's iteration stats waits for a new entry. Must exceed the "
+        "slowest iteration: TensorRT-LLM's stats iterator is one object per LLM that, once a read times out, "
+        "stays finished until the next request is submitted (IterationResult._done, mark_undone).",
+    )
     extra_llm_args: dict[str, Any] = Field(
         default_factory=dict,
         description="More keyword arguments for tensorrt_llm.LLM (TorchLlmArgs fields, e.g. "
@@ -188,6 +198,24 @@ class TRTLLMEngineConfig(_Strict):
     )
     coalesce: CoalesceConfig = Field(default_factory=CoalesceConfig)
 
+    def trtllm_loader(self) -> Literal["pytorch", "tensorrt", "auto"]:
+        """Which TensorRT-LLM backend loads the model (engines/checkpoint.py checks it can)."""
+        return {"auto": "auto", "pytorch": "pytorch", "tensorrt_engine": "tensorrt"}[self.engine_format]  # type: ignore[return-value]
+
+    def prefill_token_limit(self) -> int | None:
+        """The longest prompt TensorRT-LLM accepts, or None for no limit of its own (chunked prefill).
+
+        The PyTorch backend without chunked prefill refuses a prompt above max_num_tokens (llm.py
+        ``_check_arguments``: "The sum of prompt length ... should not exceed max_num_tokens"). The legacy engine
+        backend splits prompts by its build instead; it is not checked here.
+        """
+        if self.enable_chunked_prefill or self.engine_format == "tensorrt_engine":
+            return None
+        return self.max_num_tokens or TRTLLM_DEFAULT_MAX_NUM_TOKENS
+
+
+# TensorRT-LLM's default max_num_tokens (BaseLlmArgs / BuildConfig, and trtllm-serve's --max_num_tokens default).
+TRTLLM_DEFAULT_MAX_NUM_TOKENS = 8192
 
 # The sidecar's default command: trtllm-serve in its own environment (see docs/tensorrt-llm.md).
 DEFAULT_SERVER_COMMAND = (
@@ -200,8 +228,37 @@ DEFAULT_SERVER_COMMAND = (
     "{port}",
     "--tp_size",
     "{tp}",
+    "--extra_llm_api_options",
+    "{llm_api_options}",
 )
-SERVER_COMMAND_FIELDS = frozenset({"model", "host", "port", "tp", "max_seq_len"})
+SERVER_COMMAND_FIELDS = frozenset({"model", "host", "port", "tp", "max_seq_len", "llm_api_options"})
+
+# What trtllm-serve needs beyond its flags (written to the YAML of --extra_llm_api_options, which overrides them;
+# commands/serve.py update_llm_args_with_extra_dict): chunked prefill, else every prompt above max_num_tokens is
+# a 400; iteration stats, else the PyTorch backend's /metrics is always [] (py_executor: "if
+# self.enable_iter_perf_stats == False: return []"). Both are TorchLlmArgs fields; --backend tensorrt has neither.
+DEFAULT_LLM_API_OPTIONS = {"enable_chunked_prefill": True, "enable_iter_perf_stats": True}
+
+
+def _placeholders(command: list[str]) -> set[str]:
+    return {name for arg in command for _, name, _, _ in string.Formatter().parse(arg) if name}
+
+
+def _flag_value(command: list[str], *names: str) -> str | None:
+    """The value of ``--name value`` / ``--name=value`` in ``command`` (the last one wins, as in click)."""
+    value = None
+    for i, arg in enumerate(command):
+        for name in names:
+            if arg == name and i + 1 < len(command):
+                value = command[i + 1]
+            elif arg.startswith(name + "="):
+                value = arg.split("=", 1)[1]
+    return value
+
+
+def is_trtllm_serve(command: list[str]) -> bool:
+    """Whether ``command`` starts trtllm-serve (its flags and limits are then known and checked)."""
+    return bool(command) and command[0].replace("\\", "/").rsplit("/", 1)[-1] == "trtllm-serve"
 
 
 class OpenAIServerEngineConfig(_Strict):
@@ -225,8 +282,15 @@ class OpenAIServerEngineConfig(_Strict):
         default_factory=lambda: list(DEFAULT_SERVER_COMMAND),
         min_length=1,
         description="The server's command line, one argument per item, with placeholders {model}, {host}, "
-        "{port} (a free port picked at start), {tp} and {max_seq_len}. Started in its own process group; "
-        "it inherits the replica's environment (CUDA_VISIBLE_DEVICES included).",
+        "{port} (a free port picked at start), {tp}, {max_seq_len} and {llm_api_options} (the path of a YAML file "
+        "holding llm_api_options, written at start). Started in its own process group; it inherits the replica's "
+        "environment (CUDA_VISIBLE_DEVICES included).",
+    )
+    llm_api_options: dict[str, Any] = Field(
+        default_factory=lambda: dict(DEFAULT_LLM_API_OPTIONS),
+        description="LLM API arguments for trtllm-serve, written to a YAML file whose path replaces "
+        "{llm_api_options} in the command (trtllm-serve --extra_llm_api_options / --config; they override its "
+        "flags). The default turns on chunked prefill and the iteration stats the load signal needs.",
     )
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables for the server.")
     tensor_parallel_size: int = Field(
@@ -264,9 +328,24 @@ class OpenAIServerEngineConfig(_Strict):
     metrics_path: str | None = Field(
         "/metrics",
         description="Load endpoint polled for stats: trtllm-serve's iteration stats JSON or Prometheus text "
-        "(vLLM). None, or a server without it, falls back to counting this replica's open streams.",
+        "(vLLM). None, or a server without it, falls back to counting this replica's open streams. One poll "
+        "is in flight at a time: trtllm-serve answers /metrics only after 2 s without a new iteration, so "
+        "under load it answers late or not at all, and then load comes from the open streams (see "
+        "docs/tensorrt-llm.md).",
     )
     stats_interval_s: float = Field(1.0, gt=0, le=60, description="How often the metrics endpoint is polled.")
+    metrics_timeout_s: float = Field(
+        600.0,
+        gt=0,
+        description="Longest wait for one answer of the metrics endpoint (trtllm-serve holds it while it is busy). "
+        "A poll given up leaves the server's handler reading its stats, so keep this long.",
+    )
+    max_batch_size: int | None = Field(
+        None,
+        ge=1,
+        description="The server's batch slots, for the load estimate while its metrics say nothing; None reads "
+        "trtllm-serve's --max_batch_size from the command, else the metrics' maxNumActiveRequests.",
+    )
     shutdown_grace_s: float = Field(
         10.0, ge=0, description="After SIGTERM, how long the server may take to exit before SIGKILL."
     )
@@ -281,6 +360,71 @@ class OpenAIServerEngineConfig(_Strict):
                     known = ", ".join("{" + f + "}" for f in sorted(SERVER_COMMAND_FIELDS))
                     raise ValueError(f"unknown placeholder {{{name}}} in {arg!r} (known: {known})")
         return command
+
+    @model_validator(mode="after")
+    def _command_can_start(self) -> OpenAIServerEngineConfig:
+        # What the server would exit on at start, refused at deploy time instead (nothing starts with a url).
+        if self.url is not None:
+            return self
+        used = _placeholders(self.command)
+        problems = []
+        if "max_seq_len" in used and self.max_seq_len is None:
+            # It would render as "" and trtllm-serve's --max_seq_len (click type=int) exits at start.
+            problems.append(("max_seq_len", "is not set, but the command passes {max_seq_len}: set it"))
+        if "llm_api_options" in self.model_fields_set and "llm_api_options" not in used:
+            problems.append(
+                ("llm_api_options", "is set, but the command does not pass {llm_api_options} (--extra_llm_api_options)")
+            )
+        if is_trtllm_serve(self.command) and self.trtllm_loader() == "tensorrt" and "llm_api_options" in used:
+            torch_only = sorted(set(self.llm_api_options) & {"enable_iter_perf_stats", "enable_chunked_prefill"})
+            if torch_only:
+                problems.append(
+                    (
+                        "llm_api_options",
+                        f"{', '.join(torch_only)}: PyTorch-backend arguments, refused by --backend tensorrt",
+                    )
+                )
+        if problems:
+            raise ValueError("; ".join(f"{path}: {message}" for path, message in problems))
+        return self
+
+    def trtllm_serve_settings(self) -> dict[str, Any] | None:
+        """trtllm-serve's settings that our checks need, from its flags and llm_api_options (which override them);
+        None when the command is not trtllm-serve (or a url is used: that server's settings are not ours)."""
+        if self.url is not None or not is_trtllm_serve(self.command):
+            return None
+        backend = _flag_value(self.command, "--backend") or "pytorch"
+        max_num_tokens = _flag_value(self.command, "--max_num_tokens")
+        max_batch_size = _flag_value(self.command, "--max_batch_size")
+        settings: dict[str, Any] = {
+            "backend": {"trt": "tensorrt"}.get(backend, backend),
+            "enable_chunked_prefill": "--enable_chunked_prefill" in self.command,
+            "max_num_tokens": int(max_num_tokens) if max_num_tokens and max_num_tokens.isdigit() else None,
+            "max_batch_size": int(max_batch_size) if max_batch_size and max_batch_size.isdigit() else None,
+        }
+        if "llm_api_options" in _placeholders(self.command):
+            settings.update({k: v for k, v in self.llm_api_options.items() if k in settings})
+        return settings
+
+    def trtllm_loader(self) -> Literal["pytorch", "tensorrt"] | None:
+        """The TensorRT-LLM backend trtllm-serve loads the model with; None when it is not trtllm-serve."""
+        settings = self.trtllm_serve_settings()
+        if settings is None:
+            return None
+        return "tensorrt" if settings["backend"] == "tensorrt" else "pytorch"
+
+    def prefill_token_limit(self) -> int | None:
+        """The longest prompt the server accepts, or None where it has no limit of its own or we cannot tell
+        (see :meth:`TRTLLMEngineConfig.prefill_token_limit`)."""
+        settings = self.trtllm_serve_settings()
+        if settings is None or settings["backend"] != "pytorch" or settings["enable_chunked_prefill"]:
+            return None
+        return settings["max_num_tokens"] or TRTLLM_DEFAULT_MAX_NUM_TOKENS
+
+    def batch_slots(self) -> int | None:
+        """The server's batch slots when the config says them (max_batch_size, or trtllm-serve's flag)."""
+        settings = self.trtllm_serve_settings() or {}
+        return self.max_batch_size or settings.get("max_batch_size")
 
 
 class EmulatedEngineConfig(_Strict):

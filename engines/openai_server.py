@@ -18,7 +18,14 @@ Contract details and why:
 * Only standard OpenAI fields are sent unless ``sampling_extensions`` is on: strict servers (transformers
   serve) answer 422 to anything else.
 * The OpenAI completions protocol returns text, not token ids; deltas carry ids only when the server adds
-  them (vLLM's ``token_ids``), and ``completion_tokens`` counts chunks until the server's usage says more.
+  them (vLLM's ``token_ids``). With ``sampling_extensions`` the request asks for usage in every chunk
+  (``stream_options.continuous_usage_stats``, which trtllm-serve and vLLM honour; trtllm-serve sends usage only
+  when asked, serve/postprocess_handlers.py), so ``completion_tokens`` is the server's count; otherwise it
+  counts chunks until the server's usage says more.
+* Load: trtllm-serve's ``/metrics`` (iteration stats JSON) answers only after 2 s without a new iteration
+  (``get_stats_async(2)`` in serve/openai_server.py), i.e. late or never while it is busy. So one poll is in
+  flight at a time with a long timeout, and a reading counts only while the server keeps answering; while it
+  does not, load is this replica's open streams against the batch slots (docs/tensorrt-llm.md).
 """
 
 from __future__ import annotations
@@ -65,7 +72,17 @@ from engines.trtllm import iteration_load
 logger = logging.getLogger(__name__)
 
 _LOG_TAIL_BYTES = 4000
-_FINISH_REASONS = {"stop": FINISH_STOP, "length": FINISH_LENGTH, "abort": FINISH_ABORT, "cancelled": FINISH_ABORT}
+# Servers' finish reasons -> ours; another (vLLM's, OpenAI's "tool_calls", ...) counts as a stop. TensorRT-LLM
+# passes CompletionOutput.finish_reason through (serve/postprocess_handlers.py): 'timeout' (FinishReason.TIMED_OUT)
+# and 'not_finished' (disaggregated context-only) are not successes.
+_FINISH_REASONS = {
+    "stop": FINISH_STOP,
+    "length": FINISH_LENGTH,
+    "abort": FINISH_ABORT,
+    "cancelled": FINISH_ABORT,
+    "timeout": FINISH_ABORT,
+    "not_finished": FINISH_ABORT,
+}
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -76,11 +93,16 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def server_argv(command: list[str], **fields: Any) -> list[str]:
-    """The command template with its placeholders filled; EngineConfigError for one without a value."""
+    """The command template with its placeholders filled; EngineConfigError for one without a value (a None
+    would render as an empty argument, which trtllm-serve's int flags refuse at start)."""
     try:
-        return [arg.format(**fields) for arg in command]
+        argv = [arg.format(**fields) for arg in command]
     except KeyError as e:
         raise EngineConfigError(f"engine.command uses {{{e.args[0]}}}, which has no value here") from None
+    unset = sorted(name for name, value in fields.items() if value is None and "{" + name + "}" in " ".join(command))
+    if unset:
+        raise EngineConfigError(f"engine.command uses {{{unset[0]}}}, but engine.{unset[0]} is not set")
+    return argv
 
 
 def completion_body(
@@ -96,11 +118,18 @@ def completion_body(
         "top_p": s.top_p,
         "stream": True,
     }
+    if extensions:
+        # Usage in every chunk: the count of tokens, not of chunks (the final usage-only chunk comes after the
+        # finish chunk, where we stop reading).
+        body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
     if s.seed is not None:
         body["seed"] = s.seed
     if s.stop:
         body["stop"] = list(s.stop)
-    wanted = {"top_k": s.top_k or None, "ignore_eos": s.ignore_eos or None, "stop_token_ids": s.stop_token_ids}
+    # Greedy as top_k 1 where allowed: temperature 0 alone is greedy on TensorRT-LLM main but not under 1.0's
+    # rule (SamplingParams._greedy_decoding: top_k None or 1 and top_p None or 0).
+    top_k = 1 if s.greedy and extensions else s.top_k or None
+    wanted = {"top_k": top_k, "ignore_eos": s.ignore_eos or None, "stop_token_ids": s.stop_token_ids}
     wanted = {k: v for k, v in wanted.items() if v}
     if wanted and not extensions:
         names = ", ".join(wanted)
@@ -121,6 +150,9 @@ class ServerLoad:
     kv_used: int = 0
     kv_total: int = 0
     max_running: int = 0  # batch slots (trtllm-serve's maxNumActiveRequests); 0: not said
+    # trtllm-serve's iteration stats: this replica is the server's only client, so its open streams bound the
+    # requests (an idle server's last entry is stale).
+    bounded_by_open: bool = False
 
 
 def parse_metrics(content_type: str, body: str, open_requests: int) -> ServerLoad | None:
@@ -129,7 +161,8 @@ def parse_metrics(content_type: str, body: str, open_requests: int) -> ServerLoa
         entries = json.loads(body)
         if isinstance(entries, list) and entries and isinstance(entries[-1], dict):
             queued, running, kv_used, kv_total = iteration_load(entries[-1], open_requests)
-            return ServerLoad(queued, running, kv_used, kv_total, int(entries[-1].get("maxNumActiveRequests", 0)))
+            max_running = int(entries[-1].get("maxNumActiveRequests", 0))
+            return ServerLoad(queued, running, kv_used, kv_total, max_running, bounded_by_open=True)
         return None  # no iteration since the last read: entries are consumed when read
     from prometheus_client.parser import text_string_to_metric_families
 
@@ -169,6 +202,9 @@ class OpenAIServerEngine(Engine):
         self._context_length = 0
         self._open = 0
         self._load: ServerLoad | None = None
+        self._load_at = 0.0  # monotonic time of the last answer of the metrics endpoint
+        self._max_running = config.batch_slots() or 0  # batch slots: configured, else learnt from the metrics
+        self._options_path: Path | None = None  # the YAML file of {llm_api_options}
         self._stats_task: asyncio.Task | None = None
         self._rate = TokenRate()
         self._closed: str | None = None
@@ -221,7 +257,8 @@ class OpenAIServerEngine(Engine):
                 host="127.0.0.1",
                 port=port,
                 tp=config.tensor_parallel_size,
-                max_seq_len=config.max_seq_len if config.max_seq_len is not None else "",
+                max_seq_len=config.max_seq_len,
+                llm_api_options=self._write_llm_api_options(),
             )
             self._start_process(argv)
         self._client = httpx.AsyncClient(
@@ -233,13 +270,25 @@ class OpenAIServerEngine(Engine):
             await self._wait_until_healthy()
             self._context_length = await self._resolve_context_length()
             # One read before start() returns: whatever the server says about its capacity (a vLLM KV cache)
-            # is in stats() from the moment this replica counts as ready.
-            has_metrics = await self._read_metrics()
+            # is in stats() from the moment this replica counts as ready. Bounded: a busy trtllm-serve may hold it.
+            has_metrics = await self._read_metrics(timeout_s=self._config.health_timeout_s)
         except BaseException:
             await self.shutdown()
             raise
         if has_metrics:
             self._stats_task = asyncio.create_task(self._poll_metrics(), name="openai-server-metrics")
+
+    def _write_llm_api_options(self) -> str | None:
+        """Writes llm_api_options to a YAML file for {llm_api_options}; its path (None: the command has none)."""
+        if "{llm_api_options}" not in " ".join(self._config.command):
+            return None
+        import yaml
+
+        fd, name = tempfile.mkstemp(prefix="trtllm-llm-api-options-", suffix=".yaml")
+        with os.fdopen(fd, "w") as f:
+            yaml.safe_dump(dict(self._config.llm_api_options), f)
+        self._options_path = Path(name)
+        return name
 
     def _start_process(self, argv: list[str]) -> None:
         fd, log_name = tempfile.mkstemp(prefix="openai-server-", suffix=".log")
@@ -360,7 +409,11 @@ class OpenAIServerEngine(Engine):
             finish = FINISH_STOP if stopped else None
             if finish is None and reason is not None:
                 finish = _FINISH_REASONS.get(reason, FINISH_STOP)
-                text += stops.flush()  # it ended for another reason: the held text was real output
+                # Held text is real output when it ended for another reason; not when the server stopped at a
+                # stop string (stop_reason, trtllm-serve and vLLM): TensorRT-LLM's stop words truncate only the
+                # token ids, so that string's start was streamed before the finishing chunk.
+                if not (finish == FINISH_STOP and isinstance(choice.get("stop_reason"), str)):
+                    text += stops.flush()
             if text or ids or finish is not None:
                 yield Delta(
                     text=text,
@@ -376,47 +429,72 @@ class OpenAIServerEngine(Engine):
         raise EngineDeadError(self._dead_reason("the engine server ended the stream before the request finished"))
 
     async def _poll_metrics(self) -> None:
+        # One poll in flight at a time: trtllm-serve's /metrics handler keeps reading its stats until 2 s pass
+        # without a new one, so a poll given up (and the next one started) would leave two readers splitting the
+        # consumed-on-read entries between them.
         while True:
             await asyncio.sleep(self._config.stats_interval_s)
-            if not await self._read_metrics():
+            if not await self._read_metrics(timeout_s=self._config.metrics_timeout_s):
                 return
 
-    async def _read_metrics(self) -> bool:
+    async def _read_metrics(self, *, timeout_s: float) -> bool:
         """Reads the server's load once into ``self._load``; False when there is nothing to poll (no
         ``metrics_path``, or the server has no such endpoint)."""
         path = self._config.metrics_path
         if path is None:
             return False
         try:
-            response = await self._client_or_dead().get(path, timeout=self._config.health_timeout_s)
+            response = await self._client_or_dead().get(path, timeout=httpx.Timeout(timeout_s, connect=5.0))
             if response.status_code == 404:
                 logger.info("engine server has no %s: load falls back to open streams", path)
                 return False
             if response.status_code == 200:
+                self._load_at = time.monotonic()
                 load = parse_metrics(response.headers.get("content-type", ""), response.text, self._open)
                 if load is not None:
                     self._load = load
+                    self._max_running = self._config.batch_slots() or load.max_running or self._max_running
         except asyncio.CancelledError:
             raise
         except Exception as e:  # metrics are best effort; health checks catch a dead server
             logger.debug("engine server metrics unavailable: %r", e)
         return True
 
+    def _current_load(self) -> ServerLoad | None:
+        """The last reading while the server keeps answering its metrics endpoint, else None.
+
+        A trtllm-serve that is busy holds /metrics (it answers 2 s after its last new iteration): the reading
+        from before is then stale in the direction that matters (it shows the server emptier than it is)."""
+        if self._load is None:
+            return None
+        fresh_s = 3 * self._config.stats_interval_s + self._config.health_timeout_s
+        return self._load if time.monotonic() - self._load_at <= fresh_s else None
+
     def stats(self) -> EngineStats:
-        load = self._load or ServerLoad()
-        running = load.running if load.running is not None else self._open
+        load = self._current_load()
+        if load is not None and load.running is not None:
+            queued, running = load.queued or 0, load.running
+            if load.bounded_by_open:
+                running = min(running, self._open)
+                queued = self._open - running
+            kv_used, kv_total = load.kv_used, load.kv_total
+        else:
+            # No current reading: our own streams are the server's requests (this replica is its only client),
+            # running up to the batch slots and queued beyond them; the KV cache is unknown (0).
+            running = min(self._open, self._max_running) if self._max_running else self._open
+            queued, kv_used, kv_total = self._open - running, 0, 0
         now = time.monotonic()
         return EngineStats(
-            queued_requests=load.queued or 0,
+            queued_requests=queued,
             running_requests=running,
-            kv_blocks_used=load.kv_used,
-            kv_blocks_total=load.kv_total,
+            kv_blocks_used=kv_used,
+            kv_blocks_total=kv_total,
             tokens_per_s=self._rate.rate(now),
             recent_tpot_ms=self._rate.tpot_ms(now),
             recent_decode_batch=self._rate.decode_batch(now),
             healthy=self._closed is None and self._exit_reason() is None,
             context_length=self._context_length,
-            max_running_requests=load.max_running,
+            max_running_requests=self._max_running,
         )
 
     async def check_health(self) -> None:
@@ -483,6 +561,8 @@ class OpenAIServerEngine(Engine):
             if not died and self._log_path is not None:
                 # A server that died keeps its log for the post-mortem; a clean stop leaves no litter.
                 self._log_path.unlink(missing_ok=True)
+        if self._options_path is not None:
+            self._options_path.unlink(missing_ok=True)
 
 
 async def _raise_for_status(response: httpx.Response) -> None:

@@ -7,14 +7,26 @@ mapping relies on, since a wrong guess here fails silently:
 
 * ``generate_async(ids, sampling_params, streaming=True)`` returns one ``RequestOutput`` that iterating
   *mutates* and yields again; ``outputs[0].text`` / ``token_ids`` hold everything so far (``text_diff`` /
-  ``token_ids_diff`` slice them). We diff the full values ourselves: with a stop string the library cuts
-  ``text`` back below what ``text_diff`` already handed out (result.py, DetokenizedGenerationResultBase).
+  ``token_ids_diff`` slice them). We diff the full values ourselves: the library may cut ``text`` or
+  ``token_ids`` back below what the diffs already handed out.
+* Stop strings and stop token ids become the executor's stop words. On a match (``FinishReason.STOP_WORDS``,
+  result.py ``_handle_sequence``) only the token ids are truncated and the text is decoded from their diff, so
+  a stop token is never decoded but a multi-token stop string's earlier characters stay in ``text``; older
+  builds also cut a whole stop string from ``text`` (DetokenizedGenerationResultBase). Either way the final
+  step's ``stop_reason`` names the string, and the text held back as its possible start is dropped.
 * Leaving the ``async for`` does NOT abort the request: the executor keeps generating until
   ``max_tokens``. Only ``RequestOutput.abort()`` frees the slot (result.py, GenerationResult.abort).
-* ``SamplingParams.max_tokens`` defaults to 32, so it is always passed. ``top_k``/``top_p`` left None mean
-  greedy (``SamplingParams._greedy_decoding``), so sampling passes them explicitly.
+* ``SamplingParams.max_tokens`` defaults to 32, so it is always passed. Greedy is ``top_k=1``; sampling sets
+  temperature, top_p and top_k explicitly, since which of them left None mean greedy changed between
+  versions (``_greedy_decoding``: 1.0 top_k and top_p None; main all three None, or temperature 0).
 * ``get_stats_async(timeout)`` yields iteration-stats dicts that are consumed when read (one reader per
   process: this engine), and the PyTorch backend collects them only with ``enable_iter_perf_stats=True``.
+  It returns one iterator per LLM: before the first request an empty one (printing a warning each call), and
+  once a read has timed out it stays finished until the next request is submitted (``IterationResult``,
+  ``mark_undone``). So polling starts with the first request and waits ``stats_timeout_s``, longer than an
+  iteration, for each entry.
+* A request the executor refuses (e.g. a prompt over ``max_num_tokens`` without chunked prefill on newer
+  builds) raises ``tensorrt_llm.llmapi.RequestError`` from the result: the client's 400, not a dead engine.
 * Tensor parallelism > 1 starts MPI workers that inherit this process's ``CUDA_VISIBLE_DEVICES``: the
   replica reserves ``num_gpus = tensor_parallel_size`` and nothing else touches placement (see
   docs/tensorrt-llm.md for why ``orchestrator_type="ray"`` must not be used inside a Serve replica).
@@ -67,8 +79,13 @@ _FINISH_REASONS = {
 }
 
 
-def import_tensorrt_llm(engine_format: str) -> tuple[Any, Any, Any]:
-    """``(LLM class, SamplingParams, KvCacheConfig)`` of the installed TensorRT-LLM, or EngineConfigError."""
+class _NoRequestError(Exception):
+    """Stands in for tensorrt_llm.llmapi.RequestError where a version lacks it: matches nothing."""
+
+
+def import_tensorrt_llm(engine_format: str) -> tuple[Any, Any, Any, type[Exception]]:
+    """``(LLM class, SamplingParams, KvCacheConfig, RequestError)`` of the installed TensorRT-LLM, or
+    EngineConfigError."""
     try:
         trtllm = importlib.import_module("tensorrt_llm")
         llmapi = importlib.import_module("tensorrt_llm.llmapi")
@@ -77,7 +94,8 @@ def import_tensorrt_llm(engine_format: str) -> tuple[Any, Any, Any]:
     llm_cls = trtllm.LLM
     if engine_format == "tensorrt_engine":
         try:
-            # The compiled-engine backend left the public LLM in 1.0 and main in 2026.
+            # The compiled-engine backend left the public LLM in 1.0; it is still in tensorrt_llm._tensorrt_engine
+            # on main (commands/serve.py and serve/openai_server.py import it there), but may go.
             llm_cls = importlib.import_module("tensorrt_llm._tensorrt_engine").LLM
         except (ImportError, AttributeError):
             version = getattr(trtllm, "__version__", "?")
@@ -86,7 +104,10 @@ def import_tensorrt_llm(engine_format: str) -> tuple[Any, Any, Any]:
                 f"{version} has no engine backend (tensorrt_llm._tensorrt_engine). Serve the Hugging Face "
                 "checkpoint instead (engine_format 'pytorch'), or install a TensorRT-LLM that still has it."
             ) from None
-    return llm_cls, trtllm.SamplingParams, llmapi.KvCacheConfig
+    request_error = getattr(llmapi, "RequestError", None)
+    if not (isinstance(request_error, type) and issubclass(request_error, Exception)):
+        request_error = _NoRequestError
+    return llm_cls, trtllm.SamplingParams, llmapi.KvCacheConfig, request_error
 
 
 def llm_kwargs(config: TRTLLMEngineConfig, model: str, engine_format: str, kv_cache_config_cls: Any) -> dict:
@@ -168,6 +189,7 @@ class TRTLLMEngine(Engine):
         self._open: dict[str, Any] = {}  # request_id -> RequestOutput, for stats and shutdown
         self._iteration_stats: dict[str, Any] | None = None
         self._stats_task: asyncio.Task | None = None
+        self._request_error: type[Exception] = _NoRequestError
         self._rate = TokenRate()
         self._dead: str | None = None
         self._stopping: asyncio.Future[None] | None = None  # resolved by shutdown()
@@ -195,12 +217,17 @@ class TRTLLMEngine(Engine):
             tensor_parallel_size=config.tensor_parallel_size,
             max_seq_len=config.max_seq_len,
             num_gpus=visible_gpu_count(),
+            trtllm_loader=config.trtllm_loader(),  # refuses what the chosen backend cannot load
         )
         engine_format = config.engine_format
         if engine_format == "auto":
-            is_engine = self._checkpoint is not None and self._checkpoint.kind == "trtllm_engine"
-            engine_format = "tensorrt_engine" if is_engine else "pytorch"
-        llm_cls, self._sampling_params_cls, kv_cache_config_cls = import_tensorrt_llm(engine_format)
+            # Prebuilt engines and TensorRT-LLM checkpoints are inputs of the legacy backend only (llm_args.py
+            # get_model_format: TLLM_ENGINE / TLLM_CKPT); the PyTorch LLM loads Hugging Face checkpoints.
+            is_trt = self._checkpoint is not None and self._checkpoint.trtllm_loader() == "tensorrt"
+            engine_format = "tensorrt_engine" if is_trt else "pytorch"
+        llm_cls, self._sampling_params_cls, kv_cache_config_cls, self._request_error = import_tensorrt_llm(
+            engine_format
+        )
         kwargs = llm_kwargs(config, model, engine_format, kv_cache_config_cls)
         try:
             # Loading takes minutes and blocks: keep the replica's event loop (health checks) responsive.
@@ -209,7 +236,7 @@ class TRTLLMEngine(Engine):
             raise EngineConfigError(f"TensorRT-LLM could not load {model!r}: {e}") from e
         self._context_length = self._resolve_context_length()
         self._max_batch_size = self._resolve_max_batch_size()
-        self._stats_task = asyncio.create_task(self._poll_stats(), name="trtllm-stats")
+        # The stats poll starts with the first request (_stream): before it TensorRT-LLM has no stats iterator.
 
     def _resolve_context_length(self) -> int:
         args = getattr(self._llm, "args", None)
@@ -249,6 +276,8 @@ class TRTLLMEngine(Engine):
         except RuntimeError as e:  # "LLM is shutting down"
             raise EngineDeadError(f"TensorRT-LLM cannot take requests: {e}") from e
         self._open[request.request_id] = output
+        if self._stats_task is None:
+            self._stats_task = asyncio.create_task(self._poll_stats(), name="trtllm-stats")
         finished = False
         try:
             async for delta in self._deltas(request, output):
@@ -257,6 +286,8 @@ class TRTLLMEngine(Engine):
         except (InvalidRequestError, EngineDeadError):
             raise
         except Exception as e:
+            if isinstance(e, self._request_error):  # this request's error, not the engine's
+                raise InvalidRequestError(f"TensorRT-LLM refused the request: {e}") from e
             raise EngineDeadError(f"TensorRT-LLM failed during request {request.request_id}: {e}") from e
         finally:
             self._open.pop(request.request_id, None)
@@ -290,8 +321,13 @@ class TRTLLMEngine(Engine):
             if finish == FINISH_ABORT and self._dead is not None:
                 raise EngineDeadError(self._dead)  # aborted by shutdown(), not by its consumer
             if finish is not None:
-                # Final: TensorRT-LLM already cut the text at a stop string; hand out the rest of it.
-                new_text = text[sent_text:]
+                # Final. The rest of the text still goes through the matcher; what it holds back is real output,
+                # unless TensorRT-LLM stopped at a stop string: then it is that string's start, which the C++ stop
+                # words path leaves in the text (it truncates only the token ids).
+                new_text, stopped = stops.feed(text[seen_text:])
+                stopped_at_string = finish == FINISH_STOP and isinstance(completion.stop_reason, str)
+                if not stopped and not stopped_at_string:
+                    new_text += stops.flush()
             else:
                 new_text, stopped = stops.feed(text[seen_text:])
                 seen_text = max(seen_text, len(text))
@@ -337,8 +373,10 @@ class TRTLLMEngine(Engine):
         assert stopping is not None
         while not stopping.done():
             try:
-                # Entries are consumed when read; keep the newest. It returns early when nothing new.
-                async for entry in self._llm.get_stats_async(timeout=interval):
+                # Entries are consumed when read; keep the newest. The iterator ends once no entry came for
+                # stats_timeout_s and then stays ended until the next request: the timeout must outlast any
+                # iteration, or a long one would freeze the stats while requests run.
+                async for entry in self._llm.get_stats_async(timeout=self._config.stats_timeout_s):
                     self._iteration_stats = entry
             except asyncio.CancelledError:
                 raise
@@ -388,7 +426,7 @@ class TRTLLMEngine(Engine):
             self._stats_task.cancel()
             # Bounded: Python 3.11's wait_for (inside TensorRT-LLM's stats queue) can swallow a cancel;
             # the loop then ends by itself at its next turn because _stopping is resolved.
-            await asyncio.wait((self._stats_task,), timeout=2 * self._config.stats_interval_s + 1)
+            await asyncio.wait((self._stats_task,), timeout=self._config.stats_interval_s + 1)
         for output in list(self._open.values()):
             with contextlib.suppress(Exception):
                 output.abort()

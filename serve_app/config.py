@@ -545,6 +545,43 @@ class AppConfig(_Strict):
         _raise_if_any(problems)
         return self
 
+    @model_validator(mode="after")
+    def _prompts_fit_the_prefill(self) -> AppConfig:
+        # TensorRT-LLM's PyTorch backend without chunked prefill refuses every prompt above max_num_tokens (llm.py
+        # _check_arguments; trtllm-serve answers 400): refused here, at deploy time, instead of on the first long
+        # prompt. The longest prompt a variant gets is the app's limit, within its own context.
+        problems = []
+        for index, variant in enumerate(self.variants):
+            engine = variant.engine
+            limit_of = getattr(engine, "prefill_token_limit", None)
+            limit = limit_of() if limit_of is not None else None
+            if limit is None:
+                continue
+            longest, source = self._longest_prompt(engine)
+            if longest is None or longest <= limit:
+                continue
+            field = "enable_chunked_prefill" if engine.backend == "trtllm" else "llm_api_options"
+            problems.append(
+                (
+                    f"variants[{index}].engine.{field}",
+                    f"chunked prefill is off and max_num_tokens is {limit}, below the longest prompt this variant "
+                    f"accepts ({longest}, {source}): TensorRT-LLM would refuse every longer prompt. Turn chunked "
+                    "prefill on, or raise max_num_tokens to at least the longest prompt",
+                )
+            )
+        _raise_if_any(problems)
+        return self
+
+    def _longest_prompt(self, engine: Any) -> tuple[int | None, str]:
+        """The longest prompt the ingress lets through to ``engine``, and which setting says so (None: unknown
+        before the engine reads its checkpoint)."""
+        max_seq_len = getattr(engine, "max_seq_len", None)
+        in_context = max_seq_len - 1 if max_seq_len is not None else None  # at least one output token
+        prompt_limit = self.limits.max_prompt_tokens
+        if prompt_limit is not None and (in_context is None or prompt_limit <= in_context):
+            return prompt_limit, "limits.max_prompt_tokens"
+        return in_context, "engine.max_seq_len - 1"
+
     @property
     def default_variant_name(self) -> str:
         """The variant used when nothing else picks one."""

@@ -194,8 +194,21 @@ async def test_a_missing_server_program_is_a_config_error(tmp_path):
 
 
 def test_the_default_command_is_trtllm_serve():
-    argv = server_argv(OpenAIServerEngineConfig(model="/m").command, model="/m", host="127.0.0.1", port=8, tp=4)
-    assert argv == ["trtllm-serve", "serve", "/m", "--host", "127.0.0.1", "--port", "8", "--tp_size", "4"]
+    command = OpenAIServerEngineConfig(model="/m").command
+    argv = server_argv(command, model="/m", host="127.0.0.1", port=8, tp=4, llm_api_options="/tmp/o.yaml")
+    assert argv == [
+        "trtllm-serve",
+        "serve",
+        "/m",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "8",
+        "--tp_size",
+        "4",
+        "--extra_llm_api_options",  # chunked prefill and iteration stats (docs/tensorrt-llm.md)
+        "/tmp/o.yaml",
+    ]
 
 
 def test_unknown_command_placeholders_are_refused():
@@ -219,6 +232,7 @@ def test_the_request_body_is_standard_openai_unless_extensions_are_on():
     req.sampling.top_k, req.sampling.ignore_eos = 20, True
     body = completion_body(req, model="m", prompt=[1, 2], max_tokens=7, extensions=True)
     assert (body["top_k"], body["ignore_eos"]) == (20, True)
+    assert body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
 
 
 def test_trtllm_serve_iteration_stats_are_read():

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from engines.config import KvCacheSettings, TRTLLMEngineConfig
-from engines.errors import EngineConfigError, EngineDeadError
+from engines.errors import EngineConfigError, EngineDeadError, InvalidRequestError
 from engines.factory import make_engine
 from engines.protocol import (
     FINISH_LENGTH,
@@ -316,3 +316,130 @@ async def wait_for(condition, timeout_s: float = 10.0) -> None:
     async with asyncio.timeout(timeout_s):
         while not condition():
             await asyncio.sleep(0.005)
+
+
+# --- The audit's discrepancies (../shared/audits/tensorrt-llm-1x.md, docs/tensorrt-llm.md), one test each ---
+
+
+@pytest.mark.parametrize("path", ["cpp", "python"])
+async def test_stop_string_matched_by_the_executor_never_leaks_contract(fake_trtllm, hf_checkpoint, monkeypatch, path):
+    """D5: the C++ stop-words path truncates only the token ids, so 'worl' stays in outputs[0].text; the held-back
+    start of the stop string must not be flushed on the final step (the older path cuts the text itself)."""
+    monkeypatch.setattr(fake_trtllm.LLM, "stop_words_path", path)
+    engine = await started(config(hf_checkpoint))
+    deltas = await collect(engine, request(stop=["world"]))
+    assert "".join(d.text for d in deltas) == "Hello, "
+    assert deltas[-1].finish_reason == FINISH_STOP
+    await engine.shutdown()
+
+
+async def test_a_stop_token_is_trimmed_and_never_decoded_contract(fake_trtllm, hf_checkpoint):
+    """The executor truncates a stop token id from token_ids (include_stop_str_in_output False), so its text
+    never appears."""
+    engine = await started(config(hf_checkpoint))
+    deltas = await collect(engine, request(stop_token_ids=[ord("!")]))
+    assert "".join(d.text for d in deltas) == "Hello, world"
+    assert deltas[-1].finish_reason == FINISH_STOP
+    await engine.shutdown()
+
+
+@pytest.mark.parametrize("where", ["submit", "executor"])
+async def test_a_prompt_over_max_num_tokens_without_chunked_prefill_is_the_clients_error_contract(
+    fake_trtllm, hf_checkpoint, monkeypatch, where
+):
+    """D1 / D6: without chunked prefill the PyTorch backend refuses a prompt above max_num_tokens, as a ValueError
+    from generate_async (1.x) or a RequestError from the result (newer): both are a 400, not a dead engine."""
+    monkeypatch.setattr(fake_trtllm.LLM, "max_num_tokens_check", where)
+    engine = await started(config(hf_checkpoint, enable_chunked_prefill=False, max_num_tokens=4))
+    with pytest.raises(InvalidRequestError, match="should not exceed max_num_tokens"):
+        await collect(engine, request())
+    await engine.check_health()  # the engine is fine
+    await engine.shutdown()
+
+
+async def test_chunked_prefill_is_on_by_default_so_long_prompts_run_contract(fake_trtllm, hf_checkpoint):
+    """D1: TensorRT-LLM's own default (off) refuses prompts over max_num_tokens; ours turns it on."""
+    engine = await started(config(hf_checkpoint, max_num_tokens=4))
+    (llm,) = fake_trtllm.LLM.instances
+    assert llm.kwargs["enable_chunked_prefill"] is True
+    deltas = await collect(engine, request(max_tokens=3))  # a 6-token prompt
+    assert deltas[-1].finish_reason == FINISH_LENGTH
+    await engine.shutdown()
+
+
+async def test_stats_polling_waits_for_the_first_request_contract(fake_trtllm, hf_checkpoint, monkeypatch):
+    """D9: before the first request get_stats_async prints a warning on every call and yields nothing."""
+    monkeypatch.setattr(fake_trtllm.LLM, "stats_warnings", 0)
+    engine = await started(config(hf_checkpoint, stats_interval_s=0.01))
+    for _ in range(20):
+        await asyncio.sleep(0.005)  # room for a poll loop to run, if one had started
+    assert fake_trtllm.LLM.stats_warnings == 0
+    stream = engine.generate(request(max_tokens=10_000, ignore_eos=True))
+    await anext(stream)
+    await wait_for(lambda: engine.stats().kv_blocks_total == 1000)
+    assert fake_trtllm.LLM.stats_warnings == 0
+    await stream.aclose()
+    await engine.shutdown()
+
+
+async def test_stats_keep_coming_after_an_iteration_longer_than_the_poll_interval_contract(
+    fake_trtllm, hf_checkpoint, monkeypatch
+):
+    """D9: TensorRT-LLM's stats iterator stays finished after one read timed out, until the next submission. A
+    read timeout shorter than a slow iteration would freeze the stats for the rest of the running requests."""
+    gate = asyncio.Event()
+    gate.set()
+    monkeypatch.setattr(fake_trtllm.LLM, "executor_gate", gate)
+    engine = await started(config(hf_checkpoint, stats_interval_s=0.01))
+    stream = engine.generate(request(max_tokens=100_000, ignore_eos=True))
+    await anext(stream)
+    await wait_for(lambda: engine.stats().kv_blocks_used >= 1)
+    gate.clear()  # one slow iteration: ten poll intervals without a new entry
+    await asyncio.sleep(0.1)
+    before = engine.stats().kv_blocks_used
+    gate.set()
+    await wait_for(lambda: engine.stats().kv_blocks_used > before)  # the same request, no new submission
+    await stream.aclose()
+    await engine.shutdown()
+
+
+def trtllm_checkpoint(directory: Path) -> Path:
+    """A TensorRT-LLM checkpoint (convert_checkpoint.py output): config.json with architecture, dtype, mapping."""
+    (directory / "config.json").write_text(
+        json.dumps(
+            {
+                "architecture": "LlamaForCausalLM",
+                "dtype": "float16",
+                "num_attention_heads": 8,
+                "max_position_embeddings": 4096,
+                "mapping": {"world_size": 1, "tp_size": 1, "pp_size": 1},
+                "quantization": {"quant_algo": None},
+            }
+        )
+    )
+    return directory
+
+
+async def test_a_trtllm_checkpoint_goes_to_the_legacy_backend_contract(fake_trtllm, tmp_path):
+    """D10: the PyTorch LLM loads Hugging Face checkpoints only; a TensorRT-LLM checkpoint is a TRT-backend input."""
+    engine = await started(config(trtllm_checkpoint(tmp_path)))
+    (llm,) = fake_trtllm.LLM.instances
+    assert type(llm).__name__ == "TrtLLM"
+    await engine.shutdown()
+
+
+async def test_a_trtllm_checkpoint_on_the_pytorch_backend_is_refused_before_loading_contract(fake_trtllm, tmp_path):
+    with pytest.raises(EngineConfigError, match="PyTorch backend"):
+        await started(config(trtllm_checkpoint(tmp_path), engine_format="pytorch"))
+    assert fake_trtllm.LLM.instances == []
+
+
+async def test_an_hf_awq_checkpoint_is_refused_before_the_pytorch_loader_fails_contract(fake_trtllm, tmp_path):
+    """D11: TensorRT-LLM's PyTorch loader has no branch for AutoAWQ / AutoGPTQ exports (load_hf_quant_config)."""
+    quantization_config = {"quant_method": "awq", "bits": 4, "group_size": 128}
+    (tmp_path / "config.json").write_text(
+        json.dumps({"model_type": "llama", "max_position_embeddings": 4096, "quantization_config": quantization_config})
+    )
+    with pytest.raises(EngineConfigError, match="no loader for Hugging Face AWQ"):
+        await started(config(tmp_path, quantization="int4_awq"))
+    assert fake_trtllm.LLM.instances == []

@@ -247,6 +247,78 @@ def test_a_remote_engine_server_needs_no_gpu_in_the_replica():
     assert load_app_config(args).variants[1].resources.num_gpus == 0
 
 
+# --- TensorRT-LLM settings that would fail at start or on the first long prompt (docs/tensorrt-llm.md) ----
+
+
+def trtllm_serve_command(*flags: str) -> list[str]:
+    return ["trtllm-serve", "serve", "{model}", "--port", "{port}", *flags]
+
+
+@pytest.mark.contract
+@pytest.mark.parametrize(
+    ("engine", "field"),
+    [
+        ({"backend": "trtllm", "enable_chunked_prefill": False}, "variants[1].engine.enable_chunked_prefill"),
+        (
+            {"backend": "openai_server", "command": trtllm_serve_command("--max_num_tokens", "8192")},
+            "variants[1].engine.llm_api_options",
+        ),
+        (
+            {
+                "backend": "openai_server",
+                "command": trtllm_serve_command("--extra_llm_api_options", "{llm_api_options}"),
+                "llm_api_options": {"enable_iter_perf_stats": True, "max_num_tokens": 8192},
+            },
+            "variants[1].engine.llm_api_options",
+        ),
+    ],
+    ids=["trtllm", "trtllm-serve-flags", "trtllm-serve-yaml"],
+)
+def test_chunked_prefill_off_below_the_prompt_limit_is_refused_at_deploy_time(engine: dict, field: str):
+    """D1: the PyTorch backend without chunked prefill refuses prompts over max_num_tokens (8192 by default)."""
+    args = valid_args()
+    args["variants"][1]["engine"] = {"model": "/models/x", **engine}
+    args["variants"][1]["resources"] = {"num_gpus": 1}
+    args["limits"] = {"max_prompt_tokens": 24576}
+
+    message = problems_of(args)
+
+    assert f"{field}: chunked prefill is off and max_num_tokens is 8192" in message
+    assert "(24576, limits.max_prompt_tokens)" in message
+
+
+@pytest.mark.contract
+@pytest.mark.parametrize(
+    "engine",
+    [
+        {"backend": "trtllm", "enable_chunked_prefill": False, "max_num_tokens": 32768},
+        {"backend": "trtllm"},  # chunked prefill on by default
+        {"backend": "trtllm", "enable_chunked_prefill": False, "max_seq_len": 8193},  # prompts up to 8192
+        {"backend": "openai_server", "command": trtllm_serve_command("--enable_chunked_prefill")},
+        {"backend": "openai_server"},  # the default command passes chunked prefill in its YAML
+        {"backend": "openai_server", "command": ["vllm", "serve", "{model}", "--port", "{port}"]},  # not ours to tell
+    ],
+)
+def test_prompt_limits_within_the_prefill_are_accepted(engine: dict):
+    args = valid_args()
+    args["variants"][1]["engine"] = {"model": "/models/x", **engine}
+    args["variants"][1]["resources"] = {"num_gpus": 1}
+    args["limits"] = {"max_prompt_tokens": 24576}
+
+    load_app_config(args)
+
+
+@pytest.mark.contract
+def test_an_unset_max_seq_len_in_the_command_is_refused_at_deploy_time():
+    """D4: it would render as an empty argument, and trtllm-serve (click, type=int) exits at start."""
+    args = valid_args()
+    command = trtllm_serve_command("--max_seq_len", "{max_seq_len}")
+    args["variants"][1]["engine"] = {"backend": "openai_server", "model": "/models/x", "command": command}
+    args["variants"][1]["resources"] = {"num_gpus": 1}
+
+    assert "variants[1].engine: max_seq_len: is not set, but the command passes {max_seq_len}" in problems_of(args)
+
+
 # --- unknown keys and nested paths ------------------------------------------------------------------
 
 

@@ -31,8 +31,12 @@ class SamplingParams:
 
     @property
     def _greedy_decoding(self) -> bool:
-        # As in the real class: top_k / top_p left None mean greedy.
-        return not self.use_beam_search and self.top_k in (None, 1) and self.top_p in (None, 0.0)
+        # As on TensorRT-LLM main (params_imply_greedy_decoding): all three left None, or any one of top_k 1,
+        # top_p 0, temperature 0. (1.0's rule: top_k None or 1 and top_p None or 0.)
+        if self.use_beam_search:
+            return False
+        unset = self.temperature is None and self.top_p is None and self.top_k is None
+        return unset or self.top_k == 1 or self.top_p == 0.0 or self.temperature == 0
 
     def _stop_strings(self) -> list[str]:
         if self.stop is None:

@@ -1,3 +1,3 @@
-from tensorrt_llm.executor.result import CompletionOutput, GenerationResult
+from tensorrt_llm.executor.result import CompletionOutput, GenerationResult, IterationResult, RequestError
 
-__all__ = ["CompletionOutput", "GenerationResult"]
+__all__ = ["CompletionOutput", "GenerationResult", "IterationResult", "RequestError"]

@@ -4,15 +4,24 @@ Kept faithful where our adapter depends on it:
 * iterating ``GenerationResult`` yields *the same object* after each step; ``outputs[0].text`` and
   ``token_ids`` hold everything so far, ``text_diff`` / ``token_ids_diff`` slice off what the previous step
   had;
-* a stop string is cut from ``text`` only once it is complete (DetokenizedGenerationResultBase), so its
-  first characters have already been in an earlier ``text_diff``;
+* stop words matched by the executor (``stop_words_path`` "cpp") truncate the token ids only, the text is
+  decoded from the ids' diff and so keeps a multi-token stop string's earlier characters (``_handle_sequence``);
+  on the older detokenizer path ("python") a stop string is cut from ``text`` only once it is complete, so
+  its first characters have already been in an earlier ``text_diff``;
+* a per-request executor error surfaces from ``__anext__`` as ``RequestError`` (executor.py
+  ``_handle_background_error``);
 * leaving the loop does nothing; ``abort()`` asks the executor to cancel, and the next step finishes the
   request with finish_reason 'cancelled'.
 """
 
 import asyncio
+import json
 from dataclasses import dataclass, field
 from typing import Literal
+
+
+class RequestError(RuntimeError):
+    """As tensorrt_llm.executor.utils.RequestError (exported by tensorrt_llm.llmapi): one request failed."""
 
 
 @dataclass(slots=True)
@@ -39,7 +48,7 @@ class CompletionOutput:
 
 
 class GenerationResult:
-    def __init__(self, request_id, prompt_token_ids, sampling_params, executor, detokenize) -> None:
+    def __init__(self, request_id, prompt_token_ids, sampling_params, executor, detokenize, stop_words_path) -> None:
         self.id = request_id
         self._prompt_token_ids = list(prompt_token_ids)
         self.sampling_params = sampling_params
@@ -49,6 +58,8 @@ class GenerationResult:
         self._queue: asyncio.Queue = asyncio.Queue()  # the executor's responses for this request
         self._done = False
         self._aborted = False
+        self._stop_words_path = stop_words_path
+        self.error: RequestError | None = None
 
     @property
     def request_id(self) -> int:
@@ -79,11 +90,14 @@ class GenerationResult:
     async def __anext__(self):
         if self._done:
             raise StopAsyncIteration
-        token_id, finish_reason = await self._queue.get()
-        self._handle_response(token_id, finish_reason)
+        token_id, finish_reason, stop = await self._queue.get()
+        if self.error is not None:
+            self._done = True
+            raise self.error
+        self._handle_response(token_id, finish_reason, stop)
         return self
 
-    def _handle_response(self, token_id: int | None, finish_reason: str | None) -> None:
+    def _handle_response(self, token_id: int | None, finish_reason: str | None, stop=None) -> None:
         out = self._outputs[0]
         params = self.sampling_params
         out._last_token_ids_len = len(out.token_ids)
@@ -92,15 +106,55 @@ class GenerationResult:
         if finish_reason is not None:
             self._done = True
             out.finish_reason = finish_reason
+        if stop is not None:
+            # FinishReason.STOP_WORDS: truncate the stop word's ids (one id per character here) unless asked to keep it.
+            out.stop_reason = stop
+            if not params.include_stop_str_in_output:
+                out.token_ids = out.token_ids[: -(1 if isinstance(stop, int) else len(stop))]
         if params.detokenize:
             out._last_text_len = len(out.text)
-            out.text = self._detokenize(out.token_ids)
-            # As DetokenizedGenerationResultBase: a complete stop string ends the request, cut from text.
-            if not self._done or out.finish_reason in ("stop", "length"):
-                for stop in params._stop_strings():
-                    if stop in out.text:
-                        out.text = out.text[: out.text.find(stop)]
-                        out.finish_reason, out.stop_reason = "stop", stop
+            # Incremental: the text so far plus the decoded diff of the ids (empty after a truncation).
+            diff = out.token_ids[out._last_token_ids_len :]
+            out.text = out.text + self._detokenize(diff)
+            # As DetokenizedGenerationResultBase on older builds: a complete stop string ends the request, cut
+            # from the text.
+            if self._stop_words_path == "python" and (not self._done or out.finish_reason in ("stop", "length")):
+                for stop_string in params._stop_strings():
+                    if stop_string in out.text:
+                        out.text = out.text[: out.text.find(stop_string)]
+                        out.finish_reason, out.stop_reason = "stop", stop_string
                         self.abort()
                         self._done = True
                         break
+
+
+class IterationResult:
+    """As executor/result.py IterationResult: one per LLM; yields stats dicts, each read once; after a read
+    times out it stays done until ``mark_undone`` (called by ``generate_async``)."""
+
+    def __init__(self, executor) -> None:
+        self._executor = executor
+        self._done = False
+        self._timeout = 2
+
+    def set_timeout(self, timeout: float) -> None:
+        self._timeout = timeout
+
+    def mark_undone(self) -> None:
+        self._done = False
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self) -> dict:
+        if self._done:
+            raise StopAsyncIteration
+        executor = self._executor
+        if not executor.stats:
+            executor.stats_event.clear()
+            try:
+                await asyncio.wait_for(executor.stats_event.wait(), self._timeout)
+            except TimeoutError:
+                self._done = True
+                raise StopAsyncIteration from None
+        return json.loads(json.dumps(executor.stats.popleft()))

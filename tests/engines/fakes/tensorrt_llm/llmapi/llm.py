@@ -3,6 +3,20 @@
 The "model" writes ``LLM.script`` one character per step (token id = code point), then the end id, and
 repeats the script when ``ignore_eos`` is set. An executor task steps every live request whether or not
 anyone reads it, as the real executor does: a request nobody aborts generates until max_tokens.
+
+Also as the real library (each from its source; see docs/tensorrt-llm.md):
+
+* stop strings and stop token ids are the executor's stop words (``LLM.stop_words_path = "cpp"``, the default):
+  on a match only the token ids are truncated (result.py ``_handle_sequence``, ``FinishReason.STOP_WORDS``),
+  so the stop token is never decoded and a multi-token stop string's earlier characters stay in ``text``;
+  ``"python"`` is the older detokenizer-side cut (the whole stop string cut from ``text``);
+* ``get_stats_async`` returns one ``IterationResult`` per LLM: before the first request an empty iterable and
+  a printed warning; after a read timed out it stays finished until the next ``generate_async``
+  (``mark_undone``);
+* the PyTorch backend without chunked prefill refuses a prompt above ``max_num_tokens``: a ``ValueError`` from
+  ``generate_async`` (``LLM.max_num_tokens_check = "submit"``, llm.py ``_check_arguments``) or, as newer
+  builds do, a ``RequestError`` from the result (``"executor"``);
+* ``LLM.executor_gate`` (an ``asyncio.Event``) pauses the executor while it is clear: a slow iteration.
 """
 
 import asyncio
@@ -11,11 +25,12 @@ import itertools
 from pathlib import Path
 from typing import Any, Literal
 
-from tensorrt_llm.executor.result import GenerationResult
+from tensorrt_llm.executor.result import GenerationResult, IterationResult, RequestError
 from tensorrt_llm.llmapi.llm_args import TORCH_LLM_ARGS_FIELDS, LlmArgs
 from tensorrt_llm.sampling_params import SamplingParams
 
 END_ID = 2
+DEFAULT_MAX_NUM_TOKENS = 8192
 
 
 class RequestOutput(GenerationResult):
@@ -35,6 +50,7 @@ class _Executor:
         self.to_abort: set[int] = set()
         self.stats: collections.deque = collections.deque(maxlen=1000)
         self.stats_event = asyncio.Event()
+        self.iter_stats_result: IterationResult | None = None  # created with the first request, as the real one
         self.task = asyncio.get_running_loop().create_task(self._run())
         self.iteration = 0
         self.shut_down = False
@@ -47,22 +63,28 @@ class _Executor:
         script = self._llm.script
         while True:
             await asyncio.sleep(0.001)
+            if self._llm.executor_gate is not None:
+                await self._llm.executor_gate.wait()
             for request_id, (result, n) in list(self.live.items()):
                 params = result.sampling_params
                 if request_id in self.to_abort:
-                    result._queue.put_nowait((None, "cancelled"))
+                    result._queue.put_nowait((None, "cancelled", None))
+                    del self.live[request_id]
+                    continue
+                if result.error is not None:
+                    result._queue.put_nowait((None, None, None))
                     del self.live[request_id]
                     continue
                 endless = n < len(script) or params.ignore_eos
                 token = ord(script[n % len(script)]) if endless else END_ID
-                finish = None
+                finish, stop = None, None
                 if token == END_ID:
                     finish, token = "stop", None
-                elif params.stop_token_ids and token in params.stop_token_ids:
+                elif (stop := self._stop_word(result, token, self._llm.stop_words_path == "cpp")) is not None:
                     finish = "stop"
                 elif n + 1 >= params.max_tokens:
                     finish = "length"
-                result._queue.put_nowait((token, finish))
+                result._queue.put_nowait((token, finish, stop))
                 if finish is None:
                     self.live[request_id] = (result, n + 1)
                 else:
@@ -87,31 +109,35 @@ class _Executor:
                 self.stats_event.set()
             self.to_abort.clear()
 
+    def _stop_word(self, result: GenerationResult, token: int, strings: bool) -> str | int | None:
+        """The stop word (string or token id) the output ends with once ``token`` is added, as the C++ executor
+        matches them (sampling_params._get_stop_reasons_and_words: stop strings tokenized, stop ids as words)."""
+        params = result.sampling_params
+        if params.stop_token_ids and token in params.stop_token_ids:
+            return token
+        if not strings:
+            return None
+        text = detokenize([*result.outputs[0].token_ids, token])
+        return next((stop for stop in params._stop_strings() if text.endswith(stop)), None)
 
-class _IterationResult:
-    """As executor/result.py IterationResult: yields stats dicts, each read once; done after a timeout."""
 
-    def __init__(self, executor: _Executor, timeout: float) -> None:
-        self._executor = executor
-        self._timeout = timeout
+async def _empty():
+    return
+    yield
 
+
+class _EmptyAsyncIterable:
     def __aiter__(self):
-        return self
-
-    async def __anext__(self) -> dict:
-        executor = self._executor
-        if not executor.stats:
-            executor.stats_event.clear()
-            try:
-                await asyncio.wait_for(executor.stats_event.wait(), self._timeout)
-            except TimeoutError:
-                raise StopAsyncIteration from None
-        return executor.stats.popleft()
+        return _empty()
 
 
 class LLM:
     instances: list = []  # every LLM built, for the tests to inspect
     script = "Hello, world! This is a fake completion."
+    stop_words_path: Literal["cpp", "python"] = "cpp"
+    max_num_tokens_check: Literal["submit", "executor"] = "submit"
+    executor_gate: asyncio.Event | None = None
+    stats_warnings = 0  # "Iteration statistics are not available yet" printed (class-wide, reset by the tests)
 
     def __init__(
         self,
@@ -138,6 +164,8 @@ class LLM:
             max_seq_len=kwargs.get("max_seq_len"),
             max_batch_size=kwargs.get("max_batch_size", 2048),  # BaseLlmArgs' default
             enable_iter_perf_stats=kwargs.get("enable_iter_perf_stats", False),
+            enable_chunked_prefill=kwargs.get("enable_chunked_prefill", False),
+            max_num_tokens=kwargs.get("max_num_tokens", DEFAULT_MAX_NUM_TOKENS),
         )
         self.requests: list[tuple[list[int], SamplingParams]] = []
         self.aborted: list[int] = []
@@ -177,14 +205,33 @@ class LLM:
             raise TypeError("The sampling_params must be type SamplingParams or None")
         if sampling_params.end_id is None:
             sampling_params.end_id = END_ID  # _prepare_sampling_params -> _setup(tokenizer)
+        error = None
+        if not self.args.enable_chunked_prefill and len(inputs) > self.args.max_num_tokens:
+            message = (
+                f"The sum of prompt length ({float(len(inputs))}), query length (0) should not exceed "
+                f"max_num_tokens ({self.args.max_num_tokens})"
+            )
+            if self.max_num_tokens_check == "submit":
+                raise ValueError(message)
+            error = RequestError(message)
         executor = self._ensure_executor()
-        result = RequestOutput(next(self._ids), inputs, sampling_params, executor, detokenize)
+        result = RequestOutput(next(self._ids), inputs, sampling_params, executor, detokenize, self.stop_words_path)
+        result.error = error
         self.requests.append((list(inputs), sampling_params))
         executor.live[result.request_id] = (result, 0)
+        if executor.iter_stats_result is None:
+            executor.iter_stats_result = IterationResult(executor)
+        executor.iter_stats_result.mark_undone()  # "expect more engine stats whenever new prompts are submitted"
         return result
 
-    def get_stats_async(self, timeout: float | None = 2) -> _IterationResult:
-        return _IterationResult(self._ensure_executor(), timeout)
+    def get_stats_async(self, timeout: float | None = 2):
+        executor = self._ensure_executor()
+        if executor.iter_stats_result is None:
+            print("Iteration statistics are not available yet. To collect runtime statistics, please call ...")
+            LLM.stats_warnings += 1
+            return _EmptyAsyncIterable()
+        executor.iter_stats_result.set_timeout(timeout)
+        return executor.iter_stats_result
 
     def shutdown(self) -> None:
         self._shutdown = True

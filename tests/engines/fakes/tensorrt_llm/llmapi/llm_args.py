@@ -50,3 +50,5 @@ class LlmArgs:
     max_seq_len: int | None
     max_batch_size: int | None
     enable_iter_perf_stats: bool
+    enable_chunked_prefill: bool = False  # BaseLlmArgs' default
+    max_num_tokens: int | None = 8192  # BaseLlmArgs' default

@@ -1,0 +1,198 @@
+"""A fake ``trtllm-serve``: the command line, routes and behaviours of TensorRT-LLM 1.x's OpenAI server that the
+``openai_server`` backend depends on, with a scripted stand-in for the model. Not the real server.
+
+Run as ``python trtllm_serve.py serve MODEL --host H --port P ...`` (the tests put it behind an executable named
+``trtllm-serve``). Faithful where our adapter depends on it, each from the TensorRT-LLM source:
+
+* flags as ``tensorrt_llm/commands/serve.py`` declares them (``--max_seq_len`` etc. are ``type=int``: an empty
+  value exits at start with status 2, as click does); ``--extra_llm_api_options`` / ``--config`` is a YAML whose
+  keys override the flags (``update_llm_args_with_extra_dict``);
+* the PyTorch backend without chunked prefill refuses a prompt above ``max_num_tokens`` with TensorRT-LLM's
+  message, answered as a 400 ``ErrorResponse`` (llm.py ``_check_arguments``; openai_server.py
+  ``create_error_response``);
+* ``GET /metrics`` is ``[]`` unless ``enable_iter_perf_stats`` (py_executor ``get_latest_iteration_stats``) and
+  before the first request; otherwise it reads entries until ``FAKE_TRTLLM_STATS_QUIET_S`` (2 s, as
+  ``get_stats_async(2)``) pass without a new one, so it does not answer while requests keep running;
+* a stop string matched by the executor (``FinishReason.STOP_WORDS``) truncates the token ids only: its earlier
+  characters were already streamed, and the finishing chunk carries ``stop_reason`` (result.py
+  ``_handle_sequence``, postprocess_handlers.py);
+* usage only with ``stream_options`` (per chunk with ``continuous_usage_stats``, then a usage-only chunk);
+* ``FAKE_TRTLLM_TOKENS_PER_CHUNK`` tokens per chunk (``stream_interval``), ``FAKE_TRTLLM_FINISH_AFTER`` /
+  ``FAKE_TRTLLM_FINISH_REASON`` end every request after N tokens with that reason (e.g. ``timeout``).
+
+``GET /fake/state`` reports what the tests check (the last request body, the most /metrics handlers at once).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from typing import Any
+
+import uvicorn
+import yaml
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+SCRIPT = "Hello, world! This is a fake completion."
+STEP_S = float(os.environ.get("FAKE_TRTLLM_STEP_S", "0.005"))
+STATS_QUIET_S = float(os.environ.get("FAKE_TRTLLM_STATS_QUIET_S", "2"))
+TOKENS_PER_CHUNK = int(os.environ.get("FAKE_TRTLLM_TOKENS_PER_CHUNK", "1"))
+FINISH_AFTER = int(os.environ.get("FAKE_TRTLLM_FINISH_AFTER", "0"))
+FINISH_REASON = os.environ.get("FAKE_TRTLLM_FINISH_REASON", "timeout")
+
+
+def parse_args(argv: list[str]) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(prog="trtllm-serve")
+    parser.add_argument("command", choices=["serve"])
+    parser.add_argument("model")
+    parser.add_argument("--host", default="localhost")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--backend", default="pytorch", choices=["pytorch", "tensorrt", "trt", "_autodeploy"])
+    parser.add_argument("--tp_size", "--tensor_parallel_size", type=int, default=1)
+    parser.add_argument("--max_batch_size", type=int, default=2048)
+    parser.add_argument("--max_num_tokens", type=int, default=8192)
+    parser.add_argument("--max_seq_len", type=int, default=None)
+    parser.add_argument("--kv_cache_free_gpu_memory_fraction", "--free_gpu_memory_fraction", type=float, default=0.9)
+    parser.add_argument("--enable_chunked_prefill", action="store_true")
+    parser.add_argument("--extra_llm_api_options", "--config", default=None)
+    args = vars(parser.parse_args(argv))
+    if args["extra_llm_api_options"]:
+        with open(args["extra_llm_api_options"]) as f:
+            args.update(yaml.safe_load(f) or {})
+    args.setdefault("enable_iter_perf_stats", False)
+    return args
+
+
+class FakeServer:
+    def __init__(self, args: dict[str, Any]) -> None:
+        self.args = args
+        self.live = 0
+        self.iteration = 0
+        self.submitted = 0
+        self.stats: asyncio.Queue = asyncio.Queue()
+        self.metrics_handlers = 0
+        self.state: dict[str, Any] = {"max_concurrent_metrics": 0, "last_body": None, "metrics_calls": 0}
+
+    def _record_iteration(self) -> None:
+        self.iteration += 1
+        if self.args["enable_iter_perf_stats"] and self.args["backend"] == "pytorch":
+            self.stats.put_nowait(
+                {
+                    "iter": self.iteration,
+                    "numActiveRequests": self.live,
+                    "numQueuedRequests": 0,
+                    "maxNumActiveRequests": self.args["max_batch_size"],
+                    "kvCacheStats": {"maxNumBlocks": 1000, "usedNumBlocks": self.live, "tokensPerBlock": 32},
+                }
+            )
+
+    async def health(self, request: Request) -> Response:
+        return Response(status_code=200)
+
+    async def models(self, request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [{"id": self.args["model"], "object": "model"}]})
+
+    async def fake_state(self, request: Request) -> Response:
+        return JSONResponse(self.state)
+
+    async def metrics(self, request: Request) -> Response:
+        self.state["metrics_calls"] += 1
+        self.metrics_handlers += 1
+        self.state["max_concurrent_metrics"] = max(self.state["max_concurrent_metrics"], self.metrics_handlers)
+        try:
+            entries = []
+            if self.submitted:  # before the first request: an empty iterable at once (llm.py get_stats_async)
+                while True:
+                    try:
+                        entries.append(await asyncio.wait_for(self.stats.get(), STATS_QUIET_S))
+                    except TimeoutError:
+                        break
+            return JSONResponse(entries)
+        finally:
+            self.metrics_handlers -= 1
+
+    async def completions(self, request: Request) -> Response:
+        body = await request.json()
+        self.state["last_body"] = body
+        prompt = body["prompt"]
+        limit = self.args["max_num_tokens"]
+        if self.args["backend"] == "pytorch" and not self.args["enable_chunked_prefill"] and len(prompt) > limit:
+            message = (
+                f"The sum of prompt length ({float(len(prompt))}), query length (0) should not exceed "
+                f"max_num_tokens ({limit})"
+            )
+            error = {"object": "error", "message": message, "type": "BadRequestError", "param": None, "code": 400}
+            return JSONResponse(error, status_code=400)
+        self.submitted += 1
+        return StreamingResponse(self._stream(body), media_type="text/event-stream")
+
+    async def _stream(self, body: dict[str, Any]):
+        stops = body.get("stop") or []
+        stops = [stops] if isinstance(stops, str) else stops
+        options = body.get("stream_options") or {}
+        continuous = options.get("include_usage") and options.get("continuous_usage_stats")
+        text, pending, n = "", "", 0
+        self.live += 1
+        try:
+            while True:
+                await asyncio.sleep(STEP_S)
+                self._record_iteration()
+                if n >= len(SCRIPT) and not body.get("ignore_eos"):
+                    finish, stop_reason = "stop", None  # the end id: not decoded
+                else:
+                    char = SCRIPT[n % len(SCRIPT)]
+                    n += 1
+                    finish, stop_reason = None, None
+                    hit = next((s for s in stops if (text + pending + char).endswith(s)), None)
+                    if hit is not None:
+                        # STOP_WORDS: the ids of the stop word's last token are truncated; the earlier characters
+                        # of a multi-token stop word have been decoded and streamed already.
+                        finish, stop_reason = "stop", hit
+                    else:
+                        pending += char
+                        if FINISH_AFTER and n >= FINISH_AFTER:
+                            finish = FINISH_REASON
+                        elif n >= body["max_tokens"]:
+                            finish = "length"
+                if finish is None and len(pending) < TOKENS_PER_CHUNK:
+                    continue
+                text += pending
+                choice = {"index": 0, "text": pending, "finish_reason": finish, "stop_reason": stop_reason}
+                chunk: dict[str, Any] = {"object": "text_completion", "choices": [choice]}
+                if continuous:
+                    chunk["usage"] = {"prompt_tokens": len(body["prompt"]), "completion_tokens": n}
+                pending = ""
+                yield f"data: {json.dumps(chunk)}\n\n"
+                if finish is not None:
+                    break
+            if options.get("include_usage"):
+                usage = {"prompt_tokens": len(body["prompt"]), "completion_tokens": n}
+                yield f"data: {json.dumps({'object': 'text_completion', 'choices': [], 'usage': usage})}\n\n"
+            yield "data: [DONE]\n\n"
+        finally:
+            self.live -= 1
+
+
+def main(argv: list[str]) -> None:
+    args = parse_args(argv)
+    server = FakeServer(args)
+    app = Starlette(
+        routes=[
+            Route("/health", server.health),
+            Route("/v1/models", server.models),
+            Route("/metrics", server.metrics),
+            Route("/fake/state", server.fake_state),
+            Route("/v1/completions", server.completions, methods=["POST"]),
+        ]
+    )
+    uvicorn.run(app, host=args["host"], port=args["port"], log_level="warning")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,222 @@
+"""Contract tests of the ``openai_server`` backend against a fake ``trtllm-serve`` (fakes/trtllm_serve.py).
+
+trtllm-serve cannot run here. The fake takes its command line (flags, ``--extra_llm_api_options`` YAML) and
+mirrors the behaviours of TensorRT-LLM 1.x's server the audit found our adapter getting wrong (docs/tensorrt-llm.md):
+the max_num_tokens refusal without chunked prefill, ``/metrics`` empty without iteration stats and held while
+busy, stop words that leave a stop string's start in the streamed text, usage only with ``stream_options``, and
+finish reasons such as 'timeout'. They prove our mapping onto that behaviour, not TensorRT-LLM itself; the real
+sidecar process path (start, stream, abort, crash) is tested against transformers serve in test_openai_server.py.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from engines.config import DEFAULT_LLM_API_OPTIONS, OpenAIServerEngineConfig
+from engines.errors import EngineConfigError, InvalidRequestError
+from engines.factory import make_engine
+from engines.openai_server import server_argv
+from engines.protocol import FINISH_ABORT, FINISH_LENGTH, FINISH_STOP, GenerationRequest, SamplingParams
+
+FAKE_SERVE = Path(__file__).parent / "fakes" / "trtllm_serve.py"
+PROMPT = list(range(100, 120))  # 20 token ids
+
+pytestmark = pytest.mark.contract
+
+
+@pytest.fixture(scope="module")
+def trtllm_serve(tmp_path_factory) -> Path:
+    """An executable named trtllm-serve that runs the fake (so the command is recognised as trtllm-serve)."""
+    path = tmp_path_factory.mktemp("bin") / "trtllm-serve"
+    path.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE_SERVE}" "$@"\n')
+    path.chmod(0o755)
+    return path
+
+
+def command(trtllm_serve: Path, *flags: str) -> list[str]:
+    return [
+        str(trtllm_serve),
+        "serve",
+        "{model}",
+        "--host",
+        "{host}",
+        "--port",
+        "{port}",
+        "--tp_size",
+        "{tp}",
+        "--max_seq_len",
+        "{max_seq_len}",
+        "--max_batch_size",
+        "2",
+        "--max_num_tokens",
+        "16",
+        *flags,
+        "--extra_llm_api_options",
+        "{llm_api_options}",
+    ]
+
+
+def sidecar(trtllm_serve: Path, env: dict[str, str] | None = None, **overrides) -> OpenAIServerEngineConfig:
+    overrides.setdefault("coalesce", {"interval_ms": 0})
+    return OpenAIServerEngineConfig(
+        model="/models/fake",
+        command=command(trtllm_serve),
+        max_seq_len=4096,
+        sampling_extensions=True,
+        stats_interval_s=0.05,
+        health_timeout_s=0.5,
+        env={"FAKE_TRTLLM_STATS_QUIET_S": "1.0", **(env or {})},
+        **overrides,
+    )
+
+
+async def started(config: OpenAIServerEngineConfig):
+    engine = make_engine(config)
+    await engine.start()
+    return engine
+
+
+def request(max_tokens: int = 100, **sampling) -> GenerationRequest:
+    return GenerationRequest("r", list(PROMPT), SamplingParams(max_tokens=max_tokens, **sampling))
+
+
+async def fake_state(engine) -> dict:
+    async with httpx.AsyncClient(base_url=engine.base_url) as client:
+        return (await client.get("/fake/state")).json()
+
+
+async def test_prompts_over_max_num_tokens_run_with_the_default_llm_api_options_contract(trtllm_serve):
+    """D1: --max_num_tokens 16 and a 20-token prompt: the default llm_api_options YAML turns chunked prefill on."""
+    engine = await started(sidecar(trtllm_serve))
+    try:
+        deltas = [d async for d in engine.generate(request(max_tokens=5, temperature=0.0))]
+        assert deltas[-1].finish_reason == FINISH_LENGTH
+    finally:
+        await engine.shutdown()
+
+
+async def test_without_chunked_prefill_a_long_prompt_is_the_clients_error_contract(trtllm_serve):
+    """D1: trtllm-serve answers 400 with TensorRT-LLM's message (the serve config refuses this setup at deploy
+    time; see tests/serve_app/test_config.py)."""
+    engine = await started(sidecar(trtllm_serve, llm_api_options={"enable_iter_perf_stats": True}))
+    try:
+        with pytest.raises(InvalidRequestError, match="should not exceed max_num_tokens"):
+            await anext(engine.generate(request()))
+    finally:
+        await engine.shutdown()
+
+
+async def test_load_under_load_comes_from_the_open_streams_and_one_metrics_poll_at_a_time_contract(trtllm_serve):
+    """D2: trtllm-serve holds /metrics until no new iteration came for a while, so while it is busy the load is
+    this replica's open streams against the batch slots (--max_batch_size 2); once it is idle the iteration stats
+    (enabled by the default llm_api_options) come in. Never more than one /metrics request at a time: a poll given
+    up would leave the server's handler reading the stats the next one needs."""
+    engine = await started(sidecar(trtllm_serve))
+    streams = [engine.generate(request(max_tokens=100_000, ignore_eos=True)) for _ in range(4)]
+    try:
+        for stream in streams:
+            await anext(stream)
+        await wait_for(lambda: engine.stats().queued_requests == 2)
+        stats = engine.stats()
+        assert (stats.running_requests, stats.queued_requests, stats.max_running_requests) == (2, 2, 2)
+        assert stats.kv_blocks_total == 0  # unknown while busy, not a stale "empty"
+    finally:
+        for stream in streams:
+            await stream.aclose()
+    try:
+        await wait_for(lambda: engine.stats().kv_blocks_total == 1000)  # the idle server answers /metrics
+        assert engine.stats().running_requests == 0
+        assert (await fake_state(engine))["max_concurrent_metrics"] == 1
+    finally:
+        await engine.shutdown()
+
+
+async def test_a_stop_string_left_in_the_text_by_the_stop_words_path_never_leaks_contract(trtllm_serve):
+    """D5: the executor truncates the stop word's ids only, so 'worl' was streamed before the finishing chunk."""
+    engine = await started(sidecar(trtllm_serve))
+    try:
+        deltas = [d async for d in engine.generate(request(stop=["world"], temperature=0.0))]
+        assert "".join(d.text for d in deltas) == "Hello, "
+        assert deltas[-1].finish_reason == FINISH_STOP
+    finally:
+        await engine.shutdown()
+
+
+async def test_a_timeout_finish_is_not_a_success_contract(trtllm_serve):
+    """D7: trtllm-serve passes FinishReason.TIMED_OUT through as 'timeout'."""
+    env = {"FAKE_TRTLLM_FINISH_AFTER": "3", "FAKE_TRTLLM_FINISH_REASON": "timeout"}
+    engine = await started(sidecar(trtllm_serve, env=env))
+    try:
+        deltas = [d async for d in engine.generate(request(temperature=0.0))]
+        assert deltas[-1].finish_reason == FINISH_ABORT
+    finally:
+        await engine.shutdown()
+
+
+async def test_completion_tokens_are_the_servers_count_not_the_chunks_contract(trtllm_serve):
+    """D8: three tokens a chunk (stream_interval); usage comes only when stream_options ask for it."""
+    engine = await started(sidecar(trtllm_serve, env={"FAKE_TRTLLM_TOKENS_PER_CHUNK": "3"}))
+    try:
+        deltas = [d async for d in engine.generate(request(max_tokens=12, ignore_eos=True, temperature=0.0))]
+        assert len([d for d in deltas if d.text]) == 4
+        assert deltas[-1].completion_tokens == 12
+        body = (await fake_state(engine))["last_body"]
+        assert body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
+    finally:
+        await engine.shutdown()
+
+
+async def test_greedy_is_sent_as_top_k_1_contract(trtllm_serve):
+    """D13: temperature 0 alone is greedy on TensorRT-LLM main but not under 1.0's _greedy_decoding."""
+    engine = await started(sidecar(trtllm_serve))
+    try:
+        [d async for d in engine.generate(request(max_tokens=2, temperature=0.0))]
+        body = (await fake_state(engine))["last_body"]
+        assert (body["top_k"], body["temperature"]) == (1, 0.0)
+    finally:
+        await engine.shutdown()
+
+
+def test_an_empty_max_seq_len_makes_trtllm_serve_exit_at_start_contract(trtllm_serve):
+    """D4, the failure: an unset max_seq_len rendered as "" and trtllm-serve's --max_seq_len (click, type=int)
+    exits with status 2. The config now refuses it (below), and server_argv refuses a None."""
+    argv = [str(trtllm_serve), "serve", "/m", "--max_seq_len", ""]
+    assert subprocess.run(argv, capture_output=True, timeout=60).returncode == 2
+    with pytest.raises(ValueError, match=r"max_seq_len: is not set, but the command passes \{max_seq_len\}"):
+        OpenAIServerEngineConfig(model="/m", command=command(trtllm_serve))
+    with pytest.raises(EngineConfigError, match="max_seq_len is not set"):
+        server_argv(["serve", "--max_seq_len", "{max_seq_len}"], max_seq_len=None)
+
+
+def test_the_default_llm_api_options_enable_chunked_prefill_and_iteration_stats():
+    """D1 / D2: both are off in TensorRT-LLM by default; the default command passes them in its YAML."""
+    config = OpenAIServerEngineConfig(model="/m")
+    assert config.llm_api_options == DEFAULT_LLM_API_OPTIONS
+    assert DEFAULT_LLM_API_OPTIONS == {"enable_chunked_prefill": True, "enable_iter_perf_stats": True}
+    assert "{llm_api_options}" in config.command
+    assert config.prefill_token_limit() is None
+
+
+def test_llm_api_options_the_command_does_not_pass_are_refused():
+    with pytest.raises(ValueError, match="llm_api_options: is set, but the command does not pass"):
+        OpenAIServerEngineConfig(model="/m", command=["trtllm-serve", "serve", "{model}"], llm_api_options={"a": 1})
+
+
+def test_pytorch_only_options_on_the_tensorrt_backend_are_refused():
+    cmd = ["trtllm-serve", "serve", "{model}", "--backend", "tensorrt", "--extra_llm_api_options", "{llm_api_options}"]
+    with pytest.raises(ValueError, match="enable_chunked_prefill, enable_iter_perf_stats: PyTorch-backend"):
+        OpenAIServerEngineConfig(model="/m", command=cmd)
+    assert OpenAIServerEngineConfig(model="/m", command=cmd, llm_api_options={}).trtllm_loader() == "tensorrt"
+
+
+async def wait_for(condition, timeout_s: float = 20.0) -> None:
+    import asyncio
+
+    async with asyncio.timeout(timeout_s):
+        while not condition():
+            await asyncio.sleep(0.01)
