@@ -1,9 +1,9 @@
 """``python -m cluster``: feasibility checks, manifests and the local multi-node cluster.
 
 python -m cluster check serve_config.yaml --nodes 1x0:cpus=2
-python -m cluster check configs/gpu-trtllm.yaml --nodes 2x4xH100      # shape spec: see cluster/shape.py
-python -m cluster check configs/gpu-trtllm.yaml --live                 # the cluster at RAY_ADDRESS
-python -m cluster manifests configs/gpu-trtllm.yaml --out cluster/
+python -m cluster check configs/gpu-trtllm-serve.yaml --nodes 2x4xH100      # shape spec: see cluster/shape.py
+python -m cluster check configs/gpu-trtllm-serve.yaml --live                 # the cluster at RAY_ADDRESS
+python -m cluster manifests configs/gpu-trtllm-serve.yaml --out cluster/
 python -m cluster local up --nodes 2 --gpus-per-node 4 --accelerator-type H100
 python -m cluster local down
 """
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     check.set_defaults(run=_check)
 
     manifests = commands.add_parser("manifests", help="generate ray-cluster.yaml and rayservice.yaml")
-    manifests.add_argument("file", type=Path, help="a Ray Serve config YAML (e.g. configs/gpu-trtllm.yaml)")
+    manifests.add_argument("file", type=Path, help="a Ray Serve config YAML (e.g. configs/gpu-trtllm-serve.yaml)")
     manifests.add_argument("--out", type=Path, default=Path("cluster"), help="output directory")
     manifests.add_argument("--image", default=None, help="container image holding Ray, the engines and this package")
     manifests.set_defaults(run=_manifests)

@@ -1,6 +1,6 @@
 """Cluster manifests generated from a serve config, so that they cannot drift from it.
 
-``python -m cluster manifests configs/gpu-trtllm.yaml --out cluster/`` writes
+``python -m cluster manifests configs/gpu-trtllm-serve.yaml --out cluster/`` writes
 
 * ``ray-cluster.yaml``: a Ray cluster launcher config (``ray up``) on AWS, and
 * ``rayservice.yaml``: a KubeRay ``RayService`` whose ``serveConfigV2`` is the serve config itself.
@@ -8,8 +8,9 @@
 Both take their GPU worker type from the variants' ``accelerator_type`` and their worker counts from the
 same packing as the feasibility check: ``min`` workers host every deploy-time replica, ``max`` workers host
 every variant at its ``max_replicas``. Code reaches the nodes in the container image (``--image``): one image
-holds Python, ray[serve] 2.60, TensorRT-LLM (or trtllm-serve) and this package (``pip install .``); see
-docs/cluster.md for ``runtime_env`` instead.
+holds Python, ray[serve] 2.60 and this package (``pip install .``), and trtllm-serve in its own environment (the
+shipped source is the sidecar config; TensorRT-LLM's pins cannot share ray[serve] 2.60's, docs/tensorrt-llm.md);
+see docs/cluster.md for ``runtime_env`` instead.
 """
 
 from __future__ import annotations

@@ -243,6 +243,7 @@ class OpenAIServerEngine(Engine):
             max_seq_len=config.max_seq_len,
             # A remote server's GPUs are not ours to count.
             num_gpus=None if config.url else visible_gpu_count(),
+            trtllm_loader=config.trtllm_loader(),  # trtllm-serve's backend must be able to load it
         )
         if config.prompt_format == "text":
             self._tokenizer = await asyncio.to_thread(_load_tokenizer, config.tokenizer or model)

@@ -15,7 +15,7 @@ from cluster.manifests import RAY_CLUSTER_FILE, RAYSERVICE_FILE, plan, render, w
 from serve_app.config import load_app_config
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCE = Path("configs/gpu-trtllm.yaml")
+SOURCE = Path("configs/gpu-trtllm-serve.yaml")  # the primary TensorRT-LLM path (docs/tensorrt-llm.md)
 
 
 @pytest.fixture(scope="module")
