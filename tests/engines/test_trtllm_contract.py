@@ -294,7 +294,7 @@ async def test_prebuilt_engine_dir_uses_the_legacy_backend_contract(fake_trtllm,
 
 
 async def test_prebuilt_engine_dir_without_the_legacy_backend_is_refused_contract(fake_trtllm, monkeypatch, tmp_path):
-    monkeypatch.setitem(sys.modules, "tensorrt_llm._tensorrt_engine", None)  # removed on main mid-2026
+    monkeypatch.setitem(sys.modules, "tensorrt_llm._tensorrt_engine", None)  # a build without it
     (tmp_path / "config.json").write_text(
         json.dumps({"pretrained_config": {"mapping": {"tp_size": 1}}, "build_config": {"max_seq_len": 64}})
     )
