@@ -591,9 +591,9 @@ def _terminate(process: subprocess.Popen, grace_s: float) -> None:
 
 
 def _load_tokenizer(path: str) -> Any:
-    from transformers import AutoTokenizer
+    from engines.tokenizer import load_tokenizer
 
     try:
-        return AutoTokenizer.from_pretrained(path)
+        return load_tokenizer(path)
     except (OSError, ValueError) as e:
         raise EngineConfigError(f"prompt_format 'text' needs a tokenizer, but {path!r} has none: {e}") from None

@@ -12,6 +12,7 @@ from typing import Any
 from jinja2 import TemplateError
 
 from engines.errors import InvalidRequestError
+from engines.tokenizer import load_tokenizer
 from serve_app.openai_api import ChatMessage
 
 
@@ -35,11 +36,11 @@ def _first_unusual(messages: Sequence[ChatMessage]) -> str:
 
 class PromptBuilder:
     def __init__(self, tokenizer_ref: str) -> None:
-        from transformers import AutoTokenizer
-
         from engines.builtin import resolve_model
 
-        self.tokenizer = AutoTokenizer.from_pretrained(resolve_model(tokenizer_ref))
+        # transformers' AutoTokenizer where it is installed, else the same files without it (engines/tokenizer.py):
+        # the serving layer installs without torch and transformers.
+        self.tokenizer = load_tokenizer(resolve_model(tokenizer_ref))
         self.vocab_size = len(self.tokenizer)
 
     def completion(self, prompt: str | list[int]) -> list[int]:
