@@ -214,6 +214,18 @@ def _loader_problems(info: CheckpointInfo, loader: TrtllmLoader) -> list[str]:
             "Face checkpoints only): use engine_format 'tensorrt_engine' / trtllm-serve --backend tensorrt, or the "
             "Hugging Face checkpoint"
         ]
+    if (
+        resolved == "pytorch"
+        and info.hf_quant_method == "compressed-tensors"
+        and info.quantization not in ("fp8", "nvfp4", "mixed_precision")
+    ):
+        # update_quant_config_from_compressed_tensors takes 8-bit weights as FP8 (whatever their type) and 4-bit float
+        # ones as NVFP4, and refuses the rest: integer weights would load wrong or not at all. (Several groups are
+        # MIXED_PRECISION on newer builds: not refused here.)
+        return [
+            f"TensorRT-LLM's PyTorch backend reads compressed-tensors checkpoints as FP8 or NVFP4 only, and this one "
+            f"is {info.quantization!r} ({info.quantization_source})"
+        ]
     if resolved == "pytorch" and info.hf_quant_method in ("awq", "gptq"):
         # _torch/model_config.py load_hf_quant_config reads modelopt, fp8, mxfp4, mxfp8, compressed-tensors and
         # nvfp4 quantization configs; an AutoAWQ / AutoGPTQ export has no branch there and fails while loading.
@@ -320,9 +332,32 @@ def _hf_quantization(path: Path, config: dict[str, Any]) -> tuple[str, str]:
         # Inline ModelOpt config, either shape (flat: quant_algo at the top; legacy: nested under quantization).
         return _modelopt_algo(qc, where)
     if method == "compressed-tensors":
+        groups = qc.get("config_groups")
+        if isinstance(groups, dict) and groups:
+            return _compressed_tensors_scheme(groups, where)
         fmt = qc.get("format")
         return _COMPRESSED_TENSORS_FORMATS.get(str(fmt), f"compressed-tensors:{fmt}"), f"format={fmt} in {where}"
     return method or "unknown", f"quant_method={method or None} in {where}"
+
+
+def _compressed_tensors_scheme(groups: dict[str, Any], where: str) -> tuple[str, str]:
+    """The weights' scheme of an llm-compressor checkpoint, from its config groups as TensorRT-LLM reads them
+    (``update_quant_config_from_compressed_tensors``: ``group_0.weights`` num_bits / type / strategy; several
+    groups are mixed precision), not from ``format``, which names the packing."""
+    group = groups.get("group_0") or next(iter(groups.values()))
+    weights = (group.get("weights") if isinstance(group, dict) else None) or {}
+    bits, kind = weights.get("num_bits"), weights.get("type")
+    has_activations = isinstance(group, dict) and isinstance(group.get("input_activations"), dict)
+    source = f"config_groups weights num_bits={bits}, type={kind} in {where}"
+    if len(groups) > 1:
+        return "mixed_precision", f"{len(groups)} config_groups in {where}"
+    names: dict[tuple[Any, Any], str] = {
+        (8, "float"): "fp8",
+        (8, "int"): "int8_sq" if has_activations else "int8_weight_only",
+        (4, "float"): "nvfp4",
+        (4, "int"): "int4_weight_only",
+    }
+    return names.get((bits, kind), f"compressed-tensors:{bits}bit-{kind}"), source
 
 
 def _quant_algo(algo: Any) -> str:

@@ -261,3 +261,48 @@ def test_engines_and_trtllm_checkpoints_are_refused_for_the_pytorch_loader(tmp_p
         validate_checkpoint(engine_dir, trtllm_loader="pytorch")
     assert validate_checkpoint(engine_dir, trtllm_loader="auto").kind == "trtllm_engine"
     assert validate_checkpoint(engine_dir, trtllm_loader="tensorrt").kind == "trtllm_engine"
+
+
+def compressed_tensors(*groups: dict) -> dict:
+    """An llm-compressor quantization_config with these config groups (weights, input_activations)."""
+    config_groups = {f"group_{i}": {"targets": ["Linear"], **group} for i, group in enumerate(groups)}
+    return {"quant_method": "compressed-tensors", "format": "whatever-packing", "config_groups": config_groups}
+
+
+FP8_DYNAMIC = {
+    "weights": {"num_bits": 8, "type": "float", "strategy": "channel"},
+    "input_activations": {"num_bits": 8, "type": "float", "strategy": "token", "dynamic": True},
+}
+W8A8_INT = {
+    "weights": {"num_bits": 8, "type": "int", "strategy": "channel"},
+    "input_activations": {"num_bits": 8, "type": "int", "strategy": "token"},
+}
+W4A16_INT = {"weights": {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128}}
+NVFP4 = {
+    "weights": {"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16},
+    "input_activations": {"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16},
+}
+
+
+@pytest.mark.contract
+@pytest.mark.parametrize(
+    ("groups", "expected", "trtllm_loads"),
+    [
+        ((FP8_DYNAMIC,), "fp8", True),
+        ((NVFP4,), "nvfp4", True),
+        ((W8A8_INT,), "int8_sq", False),  # TensorRT-LLM would take its 8-bit weights as FP8
+        ((W4A16_INT,), "int4_weight_only", False),  # "Unsupported quant_bits"
+        ((FP8_DYNAMIC, NVFP4), "mixed_precision", True),  # MIXED_PRECISION on newer builds
+    ],
+    ids=["fp8", "nvfp4", "w8a8-int", "w4a16-int", "two-groups"],
+)
+def test_compressed_tensors_are_read_from_their_config_groups(tmp_path, groups, expected, trtllm_loads):
+    """Audit row 57 (was unverified): TensorRT-LLM decides from config_groups.group_0.weights (num_bits, type,
+    strategy; update_quant_config_from_compressed_tensors), not from format."""
+    write(tmp_path, config={**LLAMA, "quantization_config": compressed_tensors(*groups)})
+    assert read_checkpoint(tmp_path).quantization == expected
+    if trtllm_loads:
+        assert validate_checkpoint(tmp_path, trtllm_loader="pytorch") is not None
+    else:
+        with pytest.raises(EngineConfigError, match="reads compressed-tensors checkpoints as FP8 or NVFP4 only"):
+            validate_checkpoint(tmp_path, trtllm_loader="pytorch")
