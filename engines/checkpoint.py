@@ -88,6 +88,7 @@ class CheckpointInfo:
     num_attention_heads: int | None
     max_seq_len: int | None
     hf_quant_method: str | None = None  # config.json quantization_config.quant_method, lower case
+    hf_block_scaled: bool = False  # quantization_config.weight_block_size is set (block-scaled FP8)
 
     def trtllm_loader(self, engine_format: str = "auto") -> Literal["pytorch", "tensorrt"]:
         """The TensorRT-LLM backend ``engine_format`` ('auto' / 'pytorch' / 'tensorrt_engine') loads this with."""
@@ -226,6 +227,14 @@ def _loader_problems(info: CheckpointInfo, loader: TrtllmLoader) -> list[str]:
             f"TensorRT-LLM's PyTorch backend reads compressed-tensors checkpoints as FP8 or NVFP4 only, and this one "
             f"is {info.quantization!r} ({info.quantization_source})"
         ]
+    if resolved == "pytorch" and info.hf_quant_method in ("fp8", "fbgemm_fp8") and not info.hf_block_scaled:
+        # load_hf_quant_config (_torch/model_config.py) sets FP8_BLOCK_SCALES for quant_method fp8 *with*
+        # weight_block_size and has no branch for per-tensor / per-channel HF FP8: no quantization would be set.
+        return [
+            f"TensorRT-LLM's PyTorch backend reads Hugging Face FP8 checkpoints only when block-scaled "
+            f"(weight_block_size; {info.quantization_source}): serve a ModelOpt FP8 export (hf_quant_config.json) "
+            "instead"
+        ]
     if resolved == "pytorch" and info.hf_quant_method in ("awq", "gptq"):
         # _torch/model_config.py load_hf_quant_config reads modelopt, fp8, mxfp4, mxfp8, compressed-tensors and
         # nvfp4 quantization configs; an AutoAWQ / AutoGPTQ export has no branch there and fails while loading.
@@ -257,6 +266,7 @@ def _read_hf(path: Path, config: dict[str, Any]) -> CheckpointInfo:
         num_attention_heads=_int_or_none(get("num_attention_heads")),
         max_seq_len=_context_length(get("max_position_embeddings"), get("rope_scaling")),
         hf_quant_method=(str(qc.get("quant_method", "")).lower() or None) if isinstance(qc, dict) else None,
+        hf_block_scaled=isinstance(qc, dict) and bool(qc.get("weight_block_size")),
     )
 
 

@@ -306,3 +306,21 @@ def test_compressed_tensors_are_read_from_their_config_groups(tmp_path, groups, 
     else:
         with pytest.raises(EngineConfigError, match="reads compressed-tensors checkpoints as FP8 or NVFP4 only"):
             validate_checkpoint(tmp_path, trtllm_loader="pytorch")
+
+
+@pytest.mark.contract
+def test_hf_fp8_is_refused_for_the_pytorch_loader_unless_block_scaled(tmp_path):
+    """load_hf_quant_config reads quant_method fp8 only with weight_block_size (FP8_BLOCK_SCALES); a per-tensor
+    HF FP8 export would get no quantization at all."""
+    write(
+        tmp_path / "pt",
+        config={**LLAMA, "quantization_config": {"quant_method": "fp8", "activation_scheme": "dynamic"}},
+    )
+    with pytest.raises(EngineConfigError, match="only when block-scaled"):
+        validate_checkpoint(tmp_path / "pt", quantization="fp8", trtllm_loader="pytorch")
+    block = {"quant_method": "fp8", "weight_block_size": [128, 128]}
+    write(tmp_path / "block", config={**LLAMA, "quantization_config": block})
+    assert validate_checkpoint(tmp_path / "block", quantization="fp8", trtllm_loader="pytorch").quantization == "fp8"
+    # ModelOpt FP8 (the shipped 70B config's kind of export) is fine.
+    modelopt = write(tmp_path / "modelopt", config=LLAMA, hf_quant_config=MODELOPT_1X_FP8)
+    assert validate_checkpoint(modelopt, quantization="fp8", trtllm_loader="pytorch").quantization == "fp8"
