@@ -87,7 +87,8 @@ class CheckpointInfo:
     tensor_parallel_size: int | None  # fixed by TensorRT-LLM checkpoints and engines only
     num_attention_heads: int | None
     max_seq_len: int | None
-    hf_quant_method: str | None = None  # config.json quantization_config.quant_method, lower case
+    hf_quant_method: str | None = None  # config.json quantization_config.quant_method (lower case), unless a
+    # ModelOpt hf_quant_config.json overrides it
     hf_block_scaled: bool = False  # quantization_config.weight_block_size is set (block-scaled FP8)
 
     def trtllm_loader(self, engine_format: str = "auto") -> Literal["pytorch", "tensorrt"]:
@@ -255,7 +256,9 @@ def _read_hf(path: Path, config: dict[str, Any]) -> CheckpointInfo:
         return config.get(key, text.get(key))
 
     quantization, source = _hf_quantization(path, config)
-    qc = config.get("quantization_config")
+    # TensorRT-LLM reads hf_quant_config.json when there is one and config.json's quantization_config only
+    # otherwise (_torch/model_config.py from_pretrained): the loader checks look at the latter only then.
+    qc = None if (path / "hf_quant_config.json").is_file() else config.get("quantization_config")
     return CheckpointInfo(
         path=path,
         kind="hf",

@@ -324,3 +324,10 @@ def test_hf_fp8_is_refused_for_the_pytorch_loader_unless_block_scaled(tmp_path):
     # ModelOpt FP8 (the shipped 70B config's kind of export) is fine.
     modelopt = write(tmp_path / "modelopt", config=LLAMA, hf_quant_config=MODELOPT_1X_FP8)
     assert validate_checkpoint(modelopt, quantization="fp8", trtllm_loader="pytorch").quantization == "fp8"
+
+
+def test_an_hf_quant_config_json_overrides_config_json_for_the_loader_checks(tmp_path):
+    """TensorRT-LLM reads hf_quant_config.json first; config.json's quantization_config is then not what loads."""
+    inline = {"quant_method": "fp8", "activation_scheme": "static"}
+    write(tmp_path, config={**LLAMA, "quantization_config": inline}, hf_quant_config=MODELOPT_1X_FP8)
+    assert validate_checkpoint(tmp_path, quantization="fp8", trtllm_loader="pytorch").quantization == "fp8"
