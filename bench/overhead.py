@@ -26,7 +26,6 @@ import json
 import math
 import os
 import shlex
-import socket
 import sys
 import time
 import traceback
@@ -40,6 +39,7 @@ from bench.client import TargetConfig
 from bench.direct import run_direct
 from bench.expectation import closed_loop
 from bench.loadgen import LoadConfig, LoadResult
+from bench.local_serve import local_serve
 from bench.overhead_results import (
     LOAD_GENERATOR,
     PATHS,
@@ -58,6 +58,7 @@ from bench.workload import RequestSpec
 from engines.config import CoalesceConfig, EmulatedEngineConfig, HFEngineConfig
 from engines.emulated import EmulatedEngine
 from engines.factory import make_engine
+from engines.ports import free_port
 from engines.presets import EMULATED_PREFIX
 from engines.protocol import SamplingParams
 
@@ -204,12 +205,6 @@ def stack_app_args(
     }
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _context_length(model_dir: str) -> int:
     config = json.loads((Path(model_dir) / "config.json").read_text())
     return int(config.get("max_position_embeddings") or 2048)
@@ -304,7 +299,9 @@ class _Run:
         level = level_result(concurrency, summarize(records), cpu)
         print(
             f"  {path:13s} c={concurrency:<4d} {level.tokens_per_s:9.1f} tok/s  TTFT p50 "
-            f"{level.ttft_p50_ms or 0:8.1f} ms  p99 {level.ttft_p99_ms or 0:8.1f} ms  errors {level.errors}  "
+            f"{level.ttft_p50_ms or 0:8.1f} ms  p99 {level.ttft_p99_ms or 0:8.1f} ms  message gap p99 "
+            f"{level.message_gap_p99_ms or 0:6.1f} ms ({level.tokens_per_message or 0:.1f} tok)  "
+            f"errors {level.errors}  "
             f"serving CPU {level.cpu_ms_per_token() or 0:.2f} ms/tok ({cpu_breakdown(level)})",
             flush=True,
         )
@@ -405,8 +402,6 @@ class _Run:
 
     def serve_paths(self, wanted: Sequence[str]) -> dict[str, PathResult]:
         """(c) and (d) on one local Ray cluster of our own, one app at a time."""
-        import ray
-        from ray import serve
 
         from bench.naive_serve import build_naive_app
         from serve_app.app import build_app
@@ -425,28 +420,12 @@ class _Run:
         }
         models = {"naive_serve": "naive", "stack": "bench"}
         results: dict[str, PathResult] = {}
-        # Logical CPUs: the replicas reserve whole and fractional CPUs; the threads are set explicitly.
-        # The cluster's processes (proxy, controller, replicas) start from this process: they inherit os.environ.
-        os.environ.update(self.serve_env)
-        ray.init(
-            num_cpus=max(4, os.cpu_count() or 1),
-            include_dashboard=False,
-            log_to_driver=False,
-            namespace=f"bench-overhead-{os.getpid()}",
-        )
-        try:
-            port = free_port()
-            serve.start(http_options={"host": "127.0.0.1", "port": port})
-            url = f"http://127.0.0.1:{port}"
+        with local_serve("bench-overhead", env=self.serve_env) as url:
             for name in wanted:
                 last = name == wanted[-1]  # serve.shutdown() tears the last app down anyway
                 results[name] = _attempt(
                     name, functools.partial(self._serve_app, name, apps[name], url, models[name], delete=not last)
                 )
-        finally:
-            with contextlib.suppress(Exception):
-                serve.shutdown()
-            ray.shutdown()
         return results
 
     def _serve_app(

@@ -40,6 +40,11 @@ class LevelResult(BaseModel):
     ttft_p50_ms: float | None
     ttft_p99_ms: float | None
     tpot_p50_ms: float | None = None
+    message_gap_p50_ms: float | None = Field(
+        None, description="Time between a stream's successive text messages (SSE events), median over all gaps."
+    )
+    message_gap_p99_ms: float | None = Field(None, description="The same, 99th percentile.")
+    tokens_per_message: float | None = Field(None, description="Output tokens per text message, mean.")
     ratio_vs_direct: float | None = Field(None, description="tokens_per_s / direct's at this level.")
     ratio_vs_engine_server: float | None = Field(None, description="tokens_per_s / engine_server's.")
     cpu_s: dict[str, float] = Field(
@@ -98,6 +103,9 @@ def level_result(concurrency: int, summary: Summary, cpu_s: Mapping[str, float] 
         ttft_p50_ms=summary.ttft_ms.p50,
         ttft_p99_ms=summary.ttft_ms.p99,
         tpot_p50_ms=summary.tpot_ms.p50,
+        message_gap_p50_ms=summary.itl_ms.p50,
+        message_gap_p99_ms=summary.itl_ms.p99,
+        tokens_per_message=summary.output_tokens / summary.chunks if summary.chunks else None,
     )
 
 
@@ -136,7 +144,7 @@ def _rows(result: OverheadResult) -> list[list[str]]:
     rows = []
     for name, path in result.paths.items():
         if path.skipped is not None:
-            rows.append([name, "-", "skipped: " + path.skipped, "", "", "", "", ""])
+            rows.append([name, "-", "skipped: " + path.skipped, "", "", "", "", "", "", ""])
             continue
         for c, lv in sorted(path.levels.items()):
             rows.append(
@@ -146,6 +154,8 @@ def _rows(result: OverheadResult) -> list[list[str]]:
                     _num(lv.tokens_per_s),
                     _num(lv.ttft_p50_ms),
                     _num(lv.ttft_p99_ms),
+                    _num(lv.message_gap_p99_ms, 1),
+                    _num(lv.tokens_per_message, 1),
                     f"{lv.errors}/{lv.requests}",
                     _num(lv.ratio_vs_direct, 2),
                     _num(lv.ratio_vs_engine_server, 2),
@@ -154,7 +164,18 @@ def _rows(result: OverheadResult) -> list[list[str]]:
     return rows
 
 
-HEADER = ["path", "streams", "tokens/s", "TTFT p50 ms", "TTFT p99 ms", "errors", "vs direct", "vs server"]
+HEADER = [
+    "path",
+    "streams",
+    "tokens/s",
+    "TTFT p50 ms",
+    "TTFT p99 ms",
+    "message gap p99 ms",
+    "tokens/message",
+    "errors",
+    "vs direct",
+    "vs server",
+]
 
 
 def render_table(result: OverheadResult) -> str:

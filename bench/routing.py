@@ -26,7 +26,6 @@ import copy
 import json
 import os
 import shlex
-import socket
 import sys
 import time
 from collections.abc import Iterable
@@ -44,6 +43,7 @@ from bench.calibration import ProbePlan, VariantCalibration, calibrate_variant, 
 from bench.client import TargetConfig
 from bench.load import drive
 from bench.loadgen import LoadConfig
+from bench.local_serve import local_serve
 from bench.mix import MixConfig, mean_length, mixed_requests, routing_mix, slo_window_s
 from bench.records import RequestRecord, read_jsonl, write_jsonl
 from bench.report import machine_info
@@ -346,12 +346,6 @@ async def calibrate(url: str, limits: dict[str, EngineLimits], t: SweepTarget) -
 # ---------------------------------------------------------------------- Ray and Serve
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _policy_ingress(args: dict[str, Any]) -> Any:
     """An app of one ingress with ``args``' router config, routing to the base app's engines and board."""
     from ray import serve
@@ -413,23 +407,12 @@ def run(args: argparse.Namespace) -> int:
     target = SweepTarget(base_args["model_name"], mix, dict(router.tiers), args.request_timeout_s)
     command = shlex.join(["python", "-m", "bench", *getattr(args, "argv", sys.argv[1:])])
 
-    import ray
     from ray import serve
 
     from serve_app.app import build_app
 
-    # At least 4 logical CPUs so that the default config's deployments fit a 2-core machine; all of a GPU host's.
-    ray.init(
-        num_cpus=max(4, os.cpu_count() or 1),
-        include_dashboard=False,
-        log_to_driver=False,
-        namespace=f"bench-routing-{os.getpid()}",
-    )
     points: list[SweepPoint] = []
-    try:
-        port = _free_port()
-        serve.start(http_options={"host": "127.0.0.1", "port": port})
-        base_url = f"http://127.0.0.1:{port}"
+    with local_serve("bench-routing") as base_url:
         serve.run(build_app(base_args), name=BASE_APP, route_prefix="/")
         limits = asyncio.run(engine_limits(base_url))
         _log(started, f"app up, engines {limits}; calibrating")
@@ -478,9 +461,6 @@ def run(args: argparse.Namespace) -> int:
                     f"{policy} @ {rate:.2f} req/s: {s.requests} requests, attainment {s.slo_attainment:.1%}, "
                     f"goodput {s.goodput:.2f}, errors {s.errors_by_status}, reasons {point.reasons}",
                 )
-    finally:
-        serve.shutdown()
-        ray.shutdown()
 
     tiers = sorted({c.tier for c in mix.classes})
     order = {policy: i for i, policy in enumerate(args.policies)}

@@ -21,13 +21,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import dataclasses
 import itertools
 import os
 import random
 import shlex
-import socket
 import sys
 import time
 from collections import Counter
@@ -43,6 +41,7 @@ from tqdm.auto import tqdm
 
 from bench.client import MonotonicClock, TargetConfig, send_request
 from bench.loadgen import LoadConfig, run_load
+from bench.local_serve import local_serve
 from bench.process_cpu import role_of
 from bench.records import RequestRecord, write_jsonl
 from bench.replicas import variants_url
@@ -495,12 +494,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-progress", dest="progress", action="store_false")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def app_args(config_path: Path) -> dict[str, Any]:
     """The one application's ``args`` of a Serve config file."""
     import yaml
@@ -523,24 +516,16 @@ def run(args: argparse.Namespace) -> int:
         print(f"bench soak: {exc}", file=sys.stderr)
         return 2
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # builtin models are generated offline; Ray's workers inherit it
-    import ray
     from ray import serve
 
     from serve_app.app import build_app
 
     command = shlex.join(["python", "-m", "bench", *getattr(args, "argv", sys.argv[1:])])
-    url = f"http://127.0.0.1:{_free_port()}"
-    ray.init(num_cpus=args.num_cpus, include_dashboard=False, log_to_driver=False, namespace="bench-soak")
-    try:
-        serve.start(http_options={"host": "127.0.0.1", "port": int(url.rsplit(":", 1)[1])})
+    with local_serve("bench-soak", num_cpus=args.num_cpus) as url:
         serve.run(build_app(deploy_args), name="llm", route_prefix="/")
         result, records = asyncio.run(
             soak(url, deploy_args["model_name"], config, progress=args.progress, command=command)
         )
-    finally:
-        with contextlib.suppress(Exception):  # a failed Serve shutdown must not keep the cluster running
-            serve.shutdown()
-        ray.shutdown()
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(result.model_dump_json(indent=2) + "\n")

@@ -21,7 +21,6 @@ import asyncio
 import contextlib
 import json
 import shlex
-import socket
 import sys
 import time
 from collections.abc import Sequence
@@ -36,6 +35,7 @@ from bench import plots
 from bench.arrivals import SpikeArrivals, arrival_times
 from bench.client import MonotonicClock, TargetConfig
 from bench.loadgen import LoadConfig, run_load
+from bench.local_serve import local_serve
 from bench.records import RequestRecord, write_jsonl
 from bench.replicas import ReplicaSample, poll_variants, write_samples
 from bench.report import machine_info
@@ -257,12 +257,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     return p
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 async def _replicas_now(client: httpx.AsyncClient, url: str) -> int | None:
     with contextlib.suppress(httpx.HTTPError, ValueError, StopIteration):
         answer = (await client.get(f"{url}/variants", timeout=5)).json()
@@ -369,24 +363,14 @@ def render_report(reports: Sequence[PolicyReport], shape: SpikeShape, command: s
 
 
 def run(args: argparse.Namespace) -> int:
-    import ray
-    from ray import serve
 
     shape = QUICK if args.quick else FULL
     policies = args.policy or list(POLICIES)
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    ray.init(num_cpus=args.num_cpus, include_dashboard=False, log_to_driver=False, namespace="bench-spike")
     reports = []
-    try:
-        serve.start(http_options={"host": "127.0.0.1", "port": port})
+    with local_serve("bench-spike", num_cpus=args.num_cpus) as url:
         for policy in policies:
             print(f"bench spike: policy {policy}", file=sys.stderr)
             reports.append(_run_policy(policy, shape, url, args.out, args))
-    finally:
-        with contextlib.suppress(Exception):
-            serve.shutdown()
-        ray.shutdown()
     command = shlex.join(["python", "-m", "bench", *getattr(args, "argv", sys.argv[1:])])
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "report.md").write_text(render_report(reports, shape, command, args.model))

@@ -62,6 +62,7 @@ class Summary(BaseModel):
     input_tokens: int = Field(description="Prompt tokens of the requests that succeeded.")
     output_tokens: int = Field(description="Generated tokens of the requests that succeeded.")
     output_tokens_per_s: float
+    chunks: int = Field(0, description="Streamed events that carried text, of the requests that succeeded.")
     ttft_ms: LatencyStats
     itl_ms: LatencyStats = Field(description="Gaps between streamed chunks (a chunk may hold several tokens).")
     tpot_ms: LatencyStats
@@ -119,6 +120,7 @@ def summarize(records: Sequence[RequestRecord], duration_s: float | None = None)
         input_tokens=sum(r.prompt_tokens for r in ok),
         output_tokens=output_tokens,
         output_tokens_per_s=_rate(output_tokens, duration_s),
+        chunks=sum(r.chunks for r in ok),
         ttft_ms=latency_stats([r.ttft_s for r in ok if r.ttft_s is not None]),
         itl_ms=latency_stats([gap for r in ok for gap in r.itl_s]),
         tpot_ms=latency_stats([r.tpot_s for r in ok if r.tpot_s is not None]),

@@ -27,6 +27,7 @@ from cluster.placement import accelerator_resource
 from cluster.shape import ClusterShape, NodeShape
 from engines.errors import EngineConfigError
 from serve_app.config import AppConfig, load_config_file
+from serve_app.fast_path import FAST_PATH_ENV
 
 RAY_VERSION = "2.60.0"
 DEFAULT_IMAGE = "variant-serve:0.1.0"
@@ -172,14 +173,23 @@ def ray_cluster_config(plan: Plan, image: str = DEFAULT_IMAGE) -> dict[str, Any]
         "head_node_type": "head",
         "head_start_ray_commands": [
             "ray stop",
-            "ulimit -n 65536; ray start --head --port=6379 --object-manager-port=8076 "
+            f"ulimit -n 65536; {_fast_path_prefix()}ray start --head --port=6379 --object-manager-port=8076 "
             "--autoscaling-config=~/ray_bootstrap_config.yaml --dashboard-host=0.0.0.0",
         ],
         "worker_start_ray_commands": [
             "ray stop",
-            "ulimit -n 65536; ray start --address=$RAY_HEAD_IP:6379 --object-manager-port=8076",
+            f"ulimit -n 65536; {_fast_path_prefix()}ray start --address=$RAY_HEAD_IP:6379 --object-manager-port=8076",
         ],
     }
+
+
+def _fast_path_env() -> list[dict[str, str]]:
+    return [{"name": key, "value": value} for key, value in FAST_PATH_ENV.items()]
+
+
+def _fast_path_prefix() -> str:
+    """``KEY=VALUE ...`` before a ``ray start``: every Ray process of the node starts with the fast path."""
+    return "".join(f"{key}={value} " for key, value in FAST_PATH_ENV.items())
 
 
 def _container(name: str, image: str, template: NodeTemplate, ports: list[tuple[str, int]]) -> dict[str, Any]:
@@ -190,8 +200,9 @@ def _container(name: str, image: str, template: NodeTemplate, ports: list[tuple[
         "name": name,
         "image": image,
         "resources": {"limits": limits, "requests": dict(limits)},
-        # Ray 2.60 turns token authentication on; every node and client of the cluster uses it.
-        "env": [{"name": "RAY_AUTH_MODE", "value": "token"}],
+        # Ray 2.60 turns token authentication on; every node and client of the cluster uses it. Serve's fast
+        # streaming path (HAProxy, direct ingress, same-loop replicas) is read when Ray starts on each node.
+        "env": [{"name": "RAY_AUTH_MODE", "value": "token"}, *_fast_path_env()],
     }
     if ports:
         container["ports"] = [{"name": port_name, "containerPort": port} for port_name, port in ports]

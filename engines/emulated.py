@@ -5,9 +5,11 @@ It runs the same continuous batch as the simulator (:class:`engines.batching.Con
 iteration's end every decoding sequence gets its next token, the prompts it prefilled get their first one,
 finished sequences free their slot and KV reservation, the queue is admitted and the next iteration is
 planned. Tokens are real ids of the variant's tokenizer (:class:`engines.token_source.TokenSource`) and each
-request's stream turns them into text through the same detokenizer, stop-string and coalescing path as the
-real backends (:class:`engines.output_text.OutputText`, :func:`engines.coalesce.coalesce`), so every
-per-token code path of the stack runs, at the token rates of the engine the profile describes.
+request's stream turns them into text through the same detokenizer and stop-string path as the real backends
+(:class:`engines.output_text.OutputText`), at the token rates of the engine the profile describes. A stream is
+woken once per message, as TensorRT-LLM's ``stream_interval`` does: with its first token at once, then with
+everything it made once ``coalesce.interval_ms`` has passed (at the next iteration's end), and with its last
+token at once; a consumer that is behind takes everything that piled up in one message.
 
 Iteration ends are timed by :class:`engines.iteration_timer.IterationTimer` (a timerfd on Linux: asyncio's own
 timers fire up to a millisecond late) on the engine's own timeline (the next one starts where the last one was
@@ -26,12 +28,11 @@ import logging
 import math
 import random
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any
 
 from engines.batching import ContinuousBatch, Iteration
-from engines.coalesce import coalesce
 from engines.config import EmulatedEngineConfig
 from engines.errors import EngineConfigError, EngineDeadError, OverloadedError
 from engines.iteration_timer import IterationTimer
@@ -61,6 +62,10 @@ class _Sequence:
     first_token_time: float | None = None
     last_token_at: float = 0.0  # loop time of its previous token, for the decode pace
     waiter: asyncio.Future[None] | None = None
+    # Its stream is woken with what it made only at or after this time (monotonic): the first token and the last
+    # at once, the rest once per stream interval, so the stream's work is per message, not per token.
+    send_at: float = 0.0
+    interval_s: float = 0.0
 
     @property
     def kv_tokens(self) -> int:
@@ -170,7 +175,9 @@ class EmulatedEngine(Engine):
     # ---------------------------------------------------------------- generation
 
     def generate(self, request: GenerationRequest) -> AsyncGenerator[Delta, None]:
-        return coalesce(self._stream(request), self.config.coalesce.interval_ms / 1000.0)
+        # No coalesce() around it: the batch loop itself wakes a stream once per interval (``_wake_due``), as
+        # TensorRT-LLM's stream_interval does, and whatever piled up while the consumer was busy goes out whole.
+        return self._stream(request)
 
     def _admit_check(self, request: GenerationRequest) -> None:
         if not self._started or self._stopped:
@@ -186,7 +193,7 @@ class EmulatedEngine(Engine):
                 retry_after_s=1.0,
             )
 
-    async def _stream(self, request: GenerationRequest) -> AsyncIterator[Delta]:
+    async def _stream(self, request: GenerationRequest) -> AsyncGenerator[Delta, None]:
         self._admit_check(request)
         assert self._source is not None and self._loop is not None
         s = request.sampling
@@ -199,6 +206,9 @@ class EmulatedEngine(Engine):
             eos_id=None if s.ignore_eos or not self._eos_ids else self._eos_ids[0],
         )
         output = OutputText(self.tokenizer, s, stop_ids)
+        # Stop strings are matched on the text as it is made: a request with them sees every token at once, so
+        # that it ends (and counts its usage) at the token that completes one, not a message later.
+        seq.interval_s = 0.0 if s.stop else self.config.coalesce.interval_ms / 1000.0
         self._live.add(seq)
         self._batch.enqueue(seq)
         self._batch.admit()  # as the simulator does; its prefill starts with the next iteration
@@ -226,6 +236,7 @@ class EmulatedEngine(Engine):
                 )
                 if finish is not None:
                     return
+                seq.send_at = time.monotonic() + seq.interval_s
         finally:
             self._live.discard(seq)
             seq.waiter = None
@@ -246,6 +257,11 @@ class EmulatedEngine(Engine):
         waiter = seq.waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+
+    def _wake_due(self, seq: _Sequence, now: float) -> None:
+        """Wakes the stream if its message is due: its first token, its last, or its interval is over."""
+        if seq.finished or seq.first_token_time is None or now >= seq.send_at:
+            self._wake(seq)
 
     # ---------------------------------------------------------------- the iteration loop
 
@@ -280,7 +296,7 @@ class EmulatedEngine(Engine):
                 self._batch.finish(seq)
             else:
                 still.append(seq)
-            self._wake(seq)
+            self._wake_due(seq, now)
         self._decoding = still
         if made:
             self._rate.add(made, now, decode_s)

@@ -310,8 +310,12 @@ class HFEngine(Engine):
             last_token_at: float | None = None  # monotonic, for the engine's decode pace
             while True:
                 out = await outputs.get()
-                if out.error is not None or int(out.status) == 4:  # RequestStatus.FAILED
-                    raise EngineDeadError(f"The engine failed this request: {out.error or 'unknown error'}")
+                while True:  # every output carries all ids so far: when several piled up, the last one will do
+                    if out.error is not None or int(out.status) == 4:  # RequestStatus.FAILED
+                        raise EngineDeadError(f"The engine failed this request: {out.error or 'unknown error'}")
+                    if outputs.empty() or out.is_finished():
+                        break
+                    out = outputs.get_nowait()
                 new_ids = list(out.generated_tokens[seen:])
                 if not new_ids and not out.is_finished():
                     continue

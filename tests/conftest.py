@@ -6,28 +6,36 @@ Starting Ray costs seconds, so every test that needs Serve shares them; the sess
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from engines.ports import free_port
+from serve_app.fast_path import apply_fast_path_env, isolate_haproxy_ports
+
 REPO = Path(__file__).resolve().parent.parent
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # no model hub here: builtin models are generated offline
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="session")
 def ray_cluster() -> Iterator[None]:
     import ray
 
-    # Logical CPUs: the default config's replicas reserve fractions, and tests add their own apps beside it.
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, namespace="tests")
+    # The cluster runs Serve as users get it from `variant-serve run` (HAProxy and direct ingress, replicas on
+    # their own event loop): its processes read the flags from the environment Ray starts with. The test process
+    # itself is a driver like a user's script beside such a cluster, so the flags are taken back once Ray is up:
+    # in throughput mode a driver's handles would need an event loop, and the processes tests spawn later
+    # (other clusters, benches) choose their own.
+    before = dict(os.environ)
+    apply_fast_path_env()
+    isolate_haproxy_ports()  # HAProxy's stats and metrics ports are fixed by default: two clusters would clash
+    try:
+        # Logical CPUs: the default config's replicas reserve fractions, and tests add their own apps beside it.
+        ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, namespace="tests")
+    finally:
+        os.environ.clear()
+        os.environ.update(before)
     try:
         yield
     finally:

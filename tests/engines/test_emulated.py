@@ -189,3 +189,25 @@ async def test_shutdown_ends_open_streams_with_engine_dead():
             pass
     with pytest.raises(EngineDeadError):
         await engine.check_health()
+
+
+async def test_a_stream_gets_its_first_token_alone_then_several_tokens_a_message_and_counts_them_all():
+    # 1 ms steps and a 50 ms stream interval: after the first token, a message carries what ~50 steps made.
+    async with running(coalesce={"interval_ms": 50.0}) as engine:
+        deltas = await collect(engine, request(engine, max_tokens=120, ignore_eos=True, seed=3))
+    assert len(deltas[0].token_ids) == 1
+    assert len(deltas) < 120 // 4  # one message per interval, not one per token
+    ids = [t for d in deltas for t in d.token_ids]
+    assert len(ids) == 120 and [d.completion_tokens for d in deltas] == sorted(d.completion_tokens for d in deltas)
+    assert "".join(d.text for d in deltas) == engine.tokenizer.decode(ids, skip_special_tokens=True)
+
+
+async def test_a_request_with_a_stop_string_counts_usage_exactly_to_the_stop_whatever_the_interval():
+    async with running(coalesce={"interval_ms": 50.0}) as engine:
+        plain = await collect(engine, request(engine, max_tokens=60, ignore_eos=True, seed=4, rid="a"))
+        text = "".join(d.text for d in plain)
+        stop = text[len(text) // 2 : len(text) // 2 + 4]
+        stopped = await collect(engine, request(engine, max_tokens=60, ignore_eos=True, seed=4, rid="b", stop=[stop]))
+    assert "".join(d.text for d in stopped) == text[: text.index(stop)]
+    assert stopped[-1].finish_reason == "stop"
+    assert stopped[-1].completion_tokens == sum(len(d.token_ids) for d in stopped) < 60

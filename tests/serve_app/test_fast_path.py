@@ -1,0 +1,46 @@
+"""Serve's fast streaming path: on by default for `variant-serve`, the tests' cluster, the benches and manifests."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import psutil
+import pytest
+
+from serve_app.fast_path import FAST_PATH_ENV, HAPROXY_FIXED_PORTS, apply_fast_path_env, isolate_haproxy_ports
+
+
+def test_the_flags_are_defaults_and_a_value_the_user_set_wins():
+    env = {"RAY_SERVE_ENABLE_HA_PROXY": "0"}
+    applied = apply_fast_path_env(env)
+    assert applied == {**FAST_PATH_ENV, "RAY_SERVE_ENABLE_HA_PROXY": "0"}
+    assert env["RAY_SERVE_THROUGHPUT_OPTIMIZED"] == "1"
+
+
+def test_haproxy_listeners_get_free_ports_unless_named():
+    env = {"RAY_SERVE_HAPROXY_STATS_PORT": "18404"}
+    isolate_haproxy_ports(env)
+    assert env["RAY_SERVE_HAPROXY_STATS_PORT"] == "18404"
+    assert set(env) == set(HAPROXY_FIXED_PORTS) and int(env["RAY_SERVE_HAPROXY_METRICS_PORT"]) > 0
+
+
+def test_variant_serve_is_serves_own_cli():
+    out = subprocess.run(
+        [sys.executable, "-m", "serve_app.fast_path", "run", "--help"], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert "CONFIG_OR_IMPORT_PATH" in out.stdout  # `serve run`'s own argument
+
+
+@pytest.mark.serve
+def test_the_shared_cluster_serves_through_haproxy(serve_url):
+    """The tests' Serve is the one users get: an HAProxy in front of direct-ingress replicas."""
+    port = int(serve_url.rsplit(":", 1)[1])
+    listeners = {
+        c.pid
+        for c in psutil.net_connections(kind="tcp")
+        if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid
+    }
+    assert listeners, f"nothing listens on Serve's port {port}"
+    assert {psutil.Process(pid).name() for pid in listeners} == {"haproxy"}, "Serve's Python proxy holds the port"
