@@ -23,11 +23,14 @@ class CoalesceConfig(_Strict):
     """How the engine replica gathers tokens before sending them through Ray (DESIGN.md principle 4)."""
 
     interval_ms: float = Field(
-        5.0,
+        50.0,
         ge=0,
         le=1000,
-        description="After the first token (always sent at once), gather tokens for this long before "
-        "yielding one chunk. 0 sends every engine step on its own.",
+        description="The stream interval: after the first token (always sent at once), a stream's next message "
+        "carries everything the engine made for it since, sent once this long has passed (at the next engine "
+        "step); the last token also goes at once. 0 sends every engine step on its own: for a client that "
+        "counts one token per SSE event. 50 ms measured a third to half less serving CPU per token than 0-20 ms "
+        "at no cost to TTFT (docs/streaming.md).",
     )
 
 

@@ -216,7 +216,9 @@ class EmulatedEngine(Engine):
             self._plan(time.monotonic())
         try:
             while True:
-                if not seq.new_ids and not seq.finished:
+                # Wait for the next message to be due, even when tokens are already here: a consumer that comes back
+                # within the interval (its last message took a while to send) must not send one token at a time.
+                if not seq.finished and (not seq.new_ids or time.monotonic() < seq.send_at):
                     seq.waiter = self._loop.create_future()
                     await seq.waiter
                 if self._stopped:
@@ -225,6 +227,7 @@ class EmulatedEngine(Engine):
                 text, finish = output.feed(
                     new_ids, engine_finished=seq.finished, length_reached=seq.generated >= s.max_tokens
                 )
+                seq.send_at = time.monotonic() + seq.interval_s  # the next message is due an interval after this one
                 yield Delta(
                     text=text,
                     token_ids=new_ids,
@@ -236,7 +239,6 @@ class EmulatedEngine(Engine):
                 )
                 if finish is not None:
                     return
-                seq.send_at = time.monotonic() + seq.interval_s
         finally:
             self._live.discard(seq)
             seq.waiter = None

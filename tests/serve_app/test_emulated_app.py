@@ -92,3 +92,20 @@ def test_a_client_that_leaves_mid_stream_frees_the_emulated_engine(fleet_url):
         assert time.monotonic() < deadline, stats
         time.sleep(0.2)
     assert stats["kv_blocks_used"] == 0
+
+
+def test_several_tokens_a_message_still_give_the_openai_client_exact_text_and_usage(fleet_url):
+    """The default stream interval packs several tokens into one SSE event; the SDK's text and usage stay exact."""
+    client = openai.OpenAI(base_url=f"{fleet_url}/v1", api_key="unused", max_retries=0, timeout=60)
+    ask = {"model": "llama-3.1", "prompt": "The lighthouse keeper", "max_tokens": 160, "seed": 11}
+    whole = client.completions.create(**ask, extra_body={"ignore_eos": True})
+    chunks = list(
+        client.completions.create(
+            **ask, stream=True, stream_options={"include_usage": True}, extra_body={"ignore_eos": True}
+        )
+    )
+    events = [c for c in chunks if c.choices and c.choices[0].text]
+    assert "".join(c.choices[0].text for c in events) == whole.choices[0].text
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 160
+    assert whole.usage is not None and whole.usage.completion_tokens == 160
+    assert len(events) < 160  # several tokens to an event: one event per token would be the old per-token path
