@@ -26,6 +26,7 @@ import logging
 import multiprocessing
 import socket
 import sys
+import time
 import types
 from collections.abc import AsyncGenerator, Iterator
 from typing import Any
@@ -58,22 +59,34 @@ def _main_module_hidden() -> Iterator[None]:
 
 
 class _Inbox:
-    """One stream's undelivered items (delta tuples, then None or an error); cheaper than an asyncio.Queue."""
+    """One stream's undelivered items (delta tuples, then None or an error); cheaper than an asyncio.Queue.
 
-    __slots__ = ("items", "waiter")
+    Its consumer is woken once per message: when its first delta comes, when the last does (a finish, the end
+    or an error), and otherwise once ``send_at`` (monotonic) has passed, with everything that came meanwhile.
+    """
+
+    __slots__ = ("items", "send_at", "waiter")
 
     def __init__(self) -> None:
         self.items: list[Any] = []
         self.waiter: asyncio.Future[None] | None = None
+        self.send_at = 0.0
+
+    def _due(self) -> bool:
+        if not self.items:
+            return False
+        last = self.items[-1]
+        # A delta on the wire is Delta's fields in order; [2] is its finish_reason.
+        return type(last) is not tuple or last[2] is not None or time.monotonic() >= self.send_at
 
     def put(self, item: Any) -> None:
         self.items.append(item)
         waiter = self.waiter
-        if waiter is not None and not waiter.done():
+        if waiter is not None and not waiter.done() and self._due():
             waiter.set_result(None)
 
     async def take(self) -> list[Any]:
-        while not self.items:
+        while not self._due():
             self.waiter = asyncio.get_running_loop().create_future()
             try:
                 await self.waiter
@@ -91,9 +104,11 @@ class ProcessEngine(Engine):
     ) -> None:
         if getattr(config, "engine_process", False):  # the child builds the in-process engine of the same config
             config = config.model_copy(update={"engine_process": False})
+        # The stream interval applies here, where a stream's messages leave (``_Inbox``): the child sends every
+        # engine step (no timers there, on the interpreter the batch loop needs) and this side wakes a stream once
+        # per interval with everything that came for it meanwhile.
+        self._interval_s = config.coalesce.interval_ms / 1000.0 if hasattr(config, "coalesce") else 0.0
         if hasattr(config, "coalesce"):
-            # No timers in the child: the replica already merges whatever piled up for a stream on each pull, and a
-            # coalescing window costs a task and a timer per token there, on the interpreter the batch loop needs.
             config = config.model_copy(update={"coalesce": CoalesceConfig(interval_ms=0.0)})
         self.config = config
         self.shutdown_timeout_s = shutdown_timeout_s
@@ -219,6 +234,7 @@ class ProcessEngine(Engine):
                 if deltas:
                     delta = merge_deltas(deltas)
                     ended = delta.finished
+                    inbox.send_at = time.monotonic() + self._interval_s
                     yield delta
                     if ended:
                         return

@@ -73,7 +73,7 @@ def test_the_engine_process_option_defaults_off_and_the_factory_honours_it():
 
 
 def test_the_child_runs_the_in_process_engine_without_a_coalescing_window():
-    # The replica merges what piled up per pull; timers in the child would only cost its interpreter.
+    # The replica applies the stream interval to what the child sends; timers there would only cost its interpreter.
     child = ProcessEngine(CONFIG.model_copy(update={"coalesce": CoalesceConfig(interval_ms=25.0)})).config
 
     assert (child.engine_process, child.coalesce.interval_ms) == (False, 0.0)
@@ -285,3 +285,22 @@ def test_the_child_exits_when_its_parent_is_killed(tmp_path):
     while psutil.pid_exists(child) and psutil.Process(child).status() != psutil.STATUS_ZOMBIE:
         assert time.monotonic() < deadline, "the engine process outlived its parent"
         time.sleep(0.1)
+
+
+async def test_the_replica_side_sends_a_stream_once_per_interval_with_everything_the_child_sent():
+    from engines.config import EmulatedEngineConfig
+
+    fast = {"step_ms_at_batch_1": 1.0, "step_ms_per_extra_seq": 0.1, "context_length": 8192}
+    config = EmulatedEngineConfig(
+        preset="cpu-builtin-tiny", profile=fast, startup_time_scale=0.0, coalesce={"interval_ms": 50.0}
+    )
+    eng = ProcessEngine(config)
+    await eng.start()
+    try:
+        prompt = _tokenizer().encode("Hello")
+        deltas, text, ids = await _collect(eng, _request(prompt, max_tokens=120, ignore_eos=True, seed=2))
+    finally:
+        await eng.shutdown()
+    assert len(deltas[0].token_ids) == 1 and len(ids) == 120 == deltas[-1].completion_tokens
+    assert len(deltas) < 120 // 4  # ~50 one-millisecond steps a message, not one message a step
+    assert text == _tokenizer().decode(ids, skip_special_tokens=True)
