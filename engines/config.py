@@ -19,6 +19,31 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+# The optional sampling fields (engines.protocol.SAMPLING_FIELDS) each backend implements; docs/openai-api.md has
+# the table. transformers' continuous batching takes per request only temperature, top_p and top_k
+# (cb_logits_processors.py: its per-request processors), and one seed for the whole batch loop.
+HF_SAMPLING_FIELDS = frozenset({"top_k", "ignore_eos", "stop_token_ids"})
+# The emulated engine has no logits: it honours what changes where its walk through the text goes and ends.
+EMULATED_SAMPLING_FIELDS = frozenset({"seed", "top_k", "ignore_eos", "stop_token_ids", "min_tokens"})
+# tensorrt_llm.SamplingParams fields (sampling_params.py). logit_bias would be its embedding_bias, a tensor of the
+# model's vocabulary size that the adapter does not build (trtllm-serve builds it: the sidecar takes logit_bias).
+TRTLLM_SAMPLING_FIELDS = frozenset(
+    {
+        "seed",
+        "top_k",
+        "ignore_eos",
+        "stop_token_ids",
+        "presence_penalty",
+        "frequency_penalty",
+        "repetition_penalty",
+        "min_tokens",
+    }
+)
+# An OpenAI server takes OpenAI's own fields; the vLLM / trtllm-serve extensions only with sampling_extensions.
+OPENAI_SAMPLING_FIELDS = frozenset({"seed", "presence_penalty", "frequency_penalty", "logit_bias"})
+OPENAI_EXTENSION_FIELDS = frozenset({"top_k", "ignore_eos", "stop_token_ids", "repetition_penalty", "min_tokens"})
+
+
 class CoalesceConfig(_Strict):
     """How the engine replica gathers tokens before sending them through Ray (DESIGN.md principle 4)."""
 
@@ -38,6 +63,11 @@ class HFEngineConfig(_Strict):
     """The embedded engine: transformers continuous batching, on CPU or CUDA."""
 
     backend: Literal["hf"] = "hf"
+
+    def sampling_fields(self) -> frozenset[str]:
+        """The optional sampling fields this backend implements (engines.protocol.SAMPLING_FIELDS)."""
+        return HF_SAMPLING_FIELDS
+
     model: str = Field(
         description="'builtin:<name>' (generated offline, see engines/builtin.py), a local Hugging Face "
         "checkpoint directory, or a hub id where a hub is reachable."
@@ -137,6 +167,11 @@ class TRTLLMEngineConfig(_Strict):
     """TensorRT-LLM in-process (``tensorrt_llm.LLM``): needs tensorrt_llm importable beside ray[serve]."""
 
     backend: Literal["trtllm"] = "trtllm"
+
+    def sampling_fields(self) -> frozenset[str]:
+        """The optional sampling fields this backend implements (engines.protocol.SAMPLING_FIELDS)."""
+        return TRTLLM_SAMPLING_FIELDS
+
     model: str = Field(
         description="A Hugging Face checkpoint directory (pre-quantized ModelOpt exports carry their "
         "quantization), a hub id where a hub is reachable, or a prebuilt TensorRT engine directory "
@@ -268,6 +303,11 @@ class OpenAIServerEngineConfig(_Strict):
     """An engine server process per replica (default: trtllm-serve), or a running server, over the OpenAI API."""
 
     backend: Literal["openai_server"] = "openai_server"
+
+    def sampling_fields(self) -> frozenset[str]:
+        """The optional sampling fields this backend implements (engines.protocol.SAMPLING_FIELDS)."""
+        return OPENAI_SAMPLING_FIELDS | (OPENAI_EXTENSION_FIELDS if self.sampling_extensions else frozenset())
+
     model: str = Field(
         description="The checkpoint the server loads: '{model}' in the command, and checked against the "
         "declared dtype / quantization / tensor parallel size when it is a local directory. "
@@ -317,9 +357,9 @@ class OpenAIServerEngineConfig(_Strict):
     )
     sampling_extensions: bool = Field(
         False,
-        description="Send top_k, ignore_eos and stop_token_ids (vLLM / trtllm-serve extensions of the OpenAI "
-        "API). Servers that accept only standard fields (transformers serve answers 422) need False; then a "
-        "request using them is refused.",
+        description="Send top_k, ignore_eos, stop_token_ids, repetition_penalty and min_tokens (vLLM / "
+        "trtllm-serve extensions of the OpenAI API). Servers that accept only standard fields (transformers "
+        "serve answers 422) need False; then a request using them is refused.",
     )
     startup_timeout_s: float = Field(
         900.0, gt=0, description="How long the server may take to answer /health after it was started."
@@ -439,6 +479,11 @@ class EmulatedEngineConfig(_Strict):
     """
 
     backend: Literal["emulated"] = "emulated"
+
+    def sampling_fields(self) -> frozenset[str]:
+        """The optional sampling fields this backend implements (engines.protocol.SAMPLING_FIELDS)."""
+        return EMULATED_SAMPLING_FIELDS
+
     preset: str | None = Field(
         None,
         description="A named profile of engines/presets.py (e.g. 'h200-llama-3.1-8b-int4'); None: 'profile' "

@@ -37,7 +37,15 @@ from engines.config import EmulatedEngineConfig
 from engines.errors import EngineConfigError, EngineDeadError, OverloadedError
 from engines.iteration_timer import IterationTimer
 from engines.output_text import OutputText, stop_token_ids
-from engines.protocol import Delta, Engine, EngineStats, GenerationRequest, check_fits_context, validate_request
+from engines.protocol import (
+    Delta,
+    Engine,
+    EngineStats,
+    GenerationRequest,
+    check_fits_context,
+    check_sampling_fields,
+    validate_request,
+)
 from engines.rate import TokenRate
 from engines.token_source import TokenSource
 
@@ -53,6 +61,7 @@ class _Sequence:
     cursor: int  # the next position in the token source
     stop_ids: frozenset[int]
     eos_id: int | None  # what the "model" says at a paragraph's end; None: ignore_eos (read on)
+    min_tokens: int = 0  # no EOS and no stop token id before this many tokens (the walk reads past them)
     remaining_prefill: int = 0
     generated: int = 0
     decoding: bool = False
@@ -183,6 +192,7 @@ class EmulatedEngine(Engine):
         if not self._started or self._stopped:
             raise EngineDeadError("The engine is not running.")
         validate_request(request, context_length=self.context_length, vocab_size=self._vocab_size)
+        check_sampling_fields(request, self.config.sampling_fields(), "the emulated engine (backend emulated)")
         check_fits_context(request, self.context_length)
         batch = self._batch
         must_wait = bool(batch.waiting) or batch.running >= self.profile.max_running_requests
@@ -204,6 +214,7 @@ class EmulatedEngine(Engine):
             cursor=self._source.start(request.prompt_token_ids, s.seed, s.greedy, self._rng),
             stop_ids=frozenset(stop_ids),
             eos_id=None if s.ignore_eos or not self._eos_ids else self._eos_ids[0],
+            min_tokens=s.min_tokens,
         )
         output = OutputText(self.tokenizer, s, stop_ids)
         # Stop strings are matched on the text as it is made: a request with them sees every token at once, so
@@ -334,11 +345,18 @@ class EmulatedEngine(Engine):
         """Appends the sequence's next token and decides whether the engine ends it there."""
         source = self._source
         assert source is not None
-        if seq.eos_id is not None and seq.generated and seq.cursor in source.paragraph_ends:
+        ids = source.ids
+        early = seq.generated < seq.min_tokens  # min_tokens masks EOS and stop ids, as a real sampler does
+        if seq.eos_id is not None and seq.generated and seq.cursor in source.paragraph_ends and not early:
             token = seq.eos_id  # the paragraph is over: the "model" says EOS
         else:
-            token = source.ids[seq.cursor % len(source.ids)]
-        seq.cursor = seq.cursor % len(source.ids) + 1
+            token = ids[seq.cursor % len(ids)]
+            for _ in range(len(ids) if early and seq.stop_ids else 0):
+                if token not in seq.stop_ids:
+                    break
+                seq.cursor = seq.cursor % len(ids) + 1  # the masked stop id: the walk reads on to the next token
+                token = ids[seq.cursor % len(ids)]
+        seq.cursor = seq.cursor % len(ids) + 1
         seq.generated += 1
         seq.new_ids.append(token)
         if seq.generated >= seq.max_tokens or token in seq.stop_ids:

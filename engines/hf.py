@@ -31,6 +31,7 @@ from engines.protocol import (
     EngineStats,
     GenerationRequest,
     check_fits_context,
+    check_sampling_fields,
     validate_request,
 )
 from engines.rate import TokenRate
@@ -261,6 +262,7 @@ class HFEngine(Engine):
         if self._manager is None or self._stopped:
             raise EngineDeadError("The engine is not running.")
         validate_request(request, context_length=self._context_length, vocab_size=self._vocab_size)
+        check_sampling_fields(request, self.config.sampling_fields(), "the transformers engine (backend hf)")
         check_fits_context(request, self._context_length)
         stats = self.stats()
         if stats.queued_requests >= self.config.max_queued_requests:

@@ -63,6 +63,7 @@ from engines.protocol import (
     EngineStats,
     GenerationRequest,
     SamplingParams,
+    check_sampling_fields,
     validate_request,
 )
 from engines.rate import TokenRate
@@ -122,14 +123,27 @@ def completion_body(
         # Usage in every chunk: the count of tokens, not of chunks (the final usage-only chunk comes after the
         # finish chunk, where we stop reading).
         body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
+    asked = s.requested_fields()
     if s.seed is not None:
         body["seed"] = s.seed
     if s.stop:
         body["stop"] = list(s.stop)
+    if "presence_penalty" in asked:
+        body["presence_penalty"] = s.presence_penalty
+    if "frequency_penalty" in asked:
+        body["frequency_penalty"] = s.frequency_penalty
+    if "logit_bias" in asked:
+        body["logit_bias"] = {str(token): bias for token, bias in s.logit_bias.items()}  # JSON keys are strings
     # Greedy as top_k 1 where allowed: temperature 0 alone is greedy on TensorRT-LLM main but not under 1.0's
     # rule (SamplingParams._greedy_decoding: top_k None or 1 and top_p None or 0).
     top_k = 1 if s.greedy and extensions else s.top_k or None
-    wanted = {"top_k": top_k, "ignore_eos": s.ignore_eos or None, "stop_token_ids": s.stop_token_ids}
+    wanted: dict[str, Any] = {
+        "top_k": top_k,
+        "ignore_eos": s.ignore_eos or None,
+        "stop_token_ids": s.stop_token_ids,
+        "repetition_penalty": s.repetition_penalty if "repetition_penalty" in asked else None,
+        "min_tokens": s.min_tokens or None,
+    }
     wanted = {k: v for k, v in wanted.items() if v}
     if wanted and not extensions:
         names = ", ".join(wanted)
@@ -359,6 +373,7 @@ class OpenAIServerEngine(Engine):
     async def _stream(self, request: GenerationRequest) -> AsyncIterator[Delta]:
         client = self._client_or_dead()
         validate_request(request, context_length=self._context_length)
+        check_sampling_fields(request, self._config.sampling_fields(), "the engine server (backend openai_server)")
         n_prompt = len(request.prompt_token_ids)
         prompt: list[int] | str = request.prompt_token_ids
         if self._tokenizer is not None:

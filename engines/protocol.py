@@ -38,10 +38,64 @@ class SamplingParams:
     stop: list[str] = field(default_factory=list)
     stop_token_ids: list[int] = field(default_factory=list)
     ignore_eos: bool = False
+    presence_penalty: float = 0.0  # OpenAI: subtracted once from the logit of every token already in the output
+    frequency_penalty: float = 0.0  # OpenAI: subtracted per occurrence in the output
+    repetition_penalty: float = 1.0  # extension (vLLM, TensorRT-LLM): divides logits of seen tokens; 1 is off
+    min_tokens: int = 0  # extension (vLLM, TensorRT-LLM): no EOS / stop token id before this many tokens
+    logit_bias: dict[int, float] = field(default_factory=dict)  # OpenAI: token id -> bias added to its logit
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0 or self.top_k == 1
+
+    def requested_fields(self) -> frozenset[str]:
+        """The optional fields (:data:`SAMPLING_FIELDS`) this request sets to something that changes its output:
+        the ones a backend must implement to serve it. A seed asks for nothing when decoding is greedy."""
+        asked = {
+            "seed": self.seed is not None and not self.greedy,
+            "top_k": self.top_k > 1,
+            "ignore_eos": self.ignore_eos,
+            "stop_token_ids": bool(self.stop_token_ids),
+            "presence_penalty": self.presence_penalty != 0.0,
+            "frequency_penalty": self.frequency_penalty != 0.0,
+            "repetition_penalty": self.repetition_penalty != 1.0,
+            "min_tokens": self.min_tokens > 0,
+            "logit_bias": any(self.logit_bias.values()),
+        }
+        return frozenset(name for name, on in asked.items() if on)
+
+
+# Sampling fields beyond max_tokens / temperature / top_p / stop, which every backend implements. Each backend
+# declares the ones it implements (``EngineConfig.sampling_fields()``); the router sends a request only to a
+# variant that implements every one it asks for, and refuses it with a 400 naming the field otherwise.
+SAMPLING_FIELDS: frozenset[str] = frozenset(
+    {
+        "seed",
+        "top_k",
+        "ignore_eos",
+        "stop_token_ids",
+        "presence_penalty",
+        "frequency_penalty",
+        "repetition_penalty",
+        "min_tokens",
+        "logit_bias",
+    }
+)
+
+
+def check_sampling_fields(request: GenerationRequest, supported: frozenset[str], backend: str) -> None:
+    """Refuses a request that asks for a sampling field this backend does not implement, naming the field (the
+    router already keeps such requests away; this holds where it could not, and for direct callers)."""
+    missing = sorted(request.sampling.requested_fields() - supported)
+    if missing:
+        raise InvalidRequestError(unsupported_field_message(missing[0], backend), param=missing[0])
+
+
+def unsupported_field_message(name: str, backends: str) -> str:
+    return (
+        f"'{name}' is not implemented by {backends}, so it is refused rather than ignored: "
+        "remove it, or send the request to a model whose engine implements it."
+    )
 
 
 @dataclass(slots=True)
@@ -110,11 +164,21 @@ def validate_request(request: GenerationRequest, *, context_length: int, vocab_s
         raise InvalidRequestError(f"top_p must be in (0, 1], got {s.top_p}.", param="top_p")
     if s.top_k < 0:
         raise InvalidRequestError(f"top_k must be >= 0, got {s.top_k}.", param="top_k")
+    if s.min_tokens > s.max_tokens:
+        raise InvalidRequestError(
+            f"min_tokens ({s.min_tokens}) must not exceed max_tokens ({s.max_tokens}).", param="min_tokens"
+        )
     if vocab_size is not None:
         bad = [t for t in request.prompt_token_ids if not 0 <= t < vocab_size]
         if bad:
             raise InvalidRequestError(
                 f"Prompt token id {bad[0]} is outside the vocabulary (size {vocab_size}).", param="prompt"
+            )
+        biased = [t for t in s.logit_bias if not 0 <= t < vocab_size]
+        if biased:
+            raise InvalidRequestError(
+                f"logit_bias names token id {biased[0]}, outside the vocabulary (size {vocab_size}).",
+                param="logit_bias",
             )
     n = len(request.prompt_token_ids)
     if n >= context_length:

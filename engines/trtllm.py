@@ -55,6 +55,7 @@ from engines.protocol import (
     EngineStats,
     GenerationRequest,
     SamplingParams,
+    check_sampling_fields,
     validate_request,
 )
 from engines.rate import TokenRate
@@ -153,6 +154,11 @@ def sampling_kwargs(s: SamplingParams, max_tokens: int) -> dict[str, Any]:
         kwargs["include_stop_str_in_output"] = False
     if s.stop_token_ids:
         kwargs["stop_token_ids"] = list(s.stop_token_ids)
+    # Penalties and min_tokens only when they ask for something: None leaves the C++ runtime's neutral default.
+    asked = s.requested_fields()
+    for name in ("presence_penalty", "frequency_penalty", "repetition_penalty", "min_tokens"):
+        if name in asked:
+            kwargs[name] = getattr(s, name)
     return kwargs
 
 
@@ -265,6 +271,7 @@ class TRTLLMEngine(Engine):
     async def _stream(self, request: GenerationRequest) -> AsyncIterator[Delta]:
         self._ensure_alive()
         validate_request(request, context_length=self._context_length)
+        check_sampling_fields(request, self._config.sampling_fields(), "TensorRT-LLM in-process (backend trtllm)")
         n_prompt = len(request.prompt_token_ids)
         # The context bounds the output: finish with 'length' when it is full, as the contract says.
         max_tokens = min(request.sampling.max_tokens, self._context_length - n_prompt)

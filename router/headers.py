@@ -26,8 +26,10 @@ def features_from_headers(
     priority: int | None,
     pinned: str | None,
     config: RouterConfig,
+    sampling_fields: frozenset[str] = frozenset(),
 ) -> RequestFeatures:
-    """The router's view of one request; ``priority`` None takes the tier's.
+    """The router's view of one request; ``priority`` None takes the tier's; ``sampling_fields``: the optional
+    sampling fields it asks for (``SamplingParams.requested_fields()``).
 
     Raises :class:`~engines.errors.InvalidRequestError` (``param`` = the header) for an unknown tier or
     a target that is not a positive number of milliseconds.
@@ -52,6 +54,7 @@ def features_from_headers(
         priority=tier.priority if priority is None else priority,
         sheddable=tier.sheddable,
         pinned=pinned,
+        sampling_fields=sampling_fields,
     )
 
 

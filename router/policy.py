@@ -7,8 +7,11 @@ Retry-After, which the ingress turns into an HTTP answer.
 
 Order of the checks, for every policy:
 
-1. A pinned request goes to its variant or is rejected (404 unknown, 400 too long, 503, 429).
-2. Only variants whose context holds prompt + max_tokens are candidates (none: 400).
+1. A pinned request goes to its variant or is rejected (404 unknown, 400 a sampling field its backend does not
+   implement, 400 too long, 503, 429).
+2. Only variants whose backend implements every optional sampling field the request asks for (penalties,
+   logit_bias, ...: ``RequestFeatures.sampling_fields``) are candidates (none: 400 naming a field), and of them
+   only those whose context holds prompt + max_tokens (none: 400).
 3. Only variants with a serving replica are candidates (none: 503): ready ones, or starting ones when
    ``wait_for_starting_replicas`` (their predicted TTFT then carries the startup time).
 4. The policy picks. ``slo``: among the variants within the request's queue bound (none: 429), the best
@@ -67,6 +70,11 @@ def route(
 
     if not variants:  # every variant's stats went stale: nothing is known to serve
         return _reject_unavailable("any variant", config)
+    if request.sampling_fields:
+        capable = [v for v in variants if not _missing_fields(request, v)]
+        if not capable:
+            return _reject_unsupported(request, variants)
+        variants = capable
     needed = request.prompt_tokens + request.max_tokens
     fitting = [v for v in variants if needed <= v.context_length]
     if not fitting:
@@ -310,6 +318,8 @@ def _route_pinned(request: RequestFeatures, variants: Sequence[VariantView], con
             reject_status=404,
             detail=f"There is no variant {request.pinned!r}.",
         )
+    if _missing_fields(request, view):
+        return _reject_unsupported(request, [view])
     if request.prompt_tokens + request.max_tokens > view.context_length:
         return _reject_context(request, view.context_length, f"variant {view.name!r}'s context")
     if serving_replicas(view, config) == 0:
@@ -319,6 +329,37 @@ def _route_pinned(request: RequestFeatures, variants: Sequence[VariantView], con
     if load.waiting_for_slot > queue_bound(request.priority, request.sheddable, config):
         return _reject_overloaded(predictions, config)
     return Decision(view.name, Reason.PINNED, predictions)
+
+
+def _missing_fields(request: RequestFeatures, view: VariantView) -> list[str]:
+    """The sampling fields ``request`` asks for that ``view``'s backend does not implement, sorted."""
+    if view.sampling_fields is None:
+        return []
+    return sorted(request.sampling_fields - view.sampling_fields)
+
+
+def _reject_unsupported(request: RequestFeatures, variants: Sequence[VariantView]) -> Decision:
+    """A 400 naming a field: one no variant implements, else (each is somewhere, never all in one) the first
+    field the first variant lacks."""
+    wanted = request.sampling_fields
+    implemented = set().union(*(wanted if v.sampling_fields is None else v.sampling_fields for v in variants))
+    nowhere = sorted(wanted - implemented)
+    name = nowhere[0] if nowhere else _missing_fields(request, variants[0])[0]
+    if len(variants) == 1:
+        detail = f"'{name}' is not implemented by variant {variants[0].name!r}'s engine"
+    elif nowhere:
+        detail = f"'{name}' is not implemented by the engine of any variant"
+    else:
+        detail = f"No variant's engine implements {', '.join(sorted(wanted))} together ('{name}' is one)"
+    return Decision(
+        None,
+        Reason.REJECTED_UNSUPPORTED_FIELD,
+        {},
+        reject_status=400,
+        detail=f"{detail}, so the request is refused rather than the field ignored: remove it, or send the "
+        "request to a model whose engine implements it.",
+        param=name,
+    )
 
 
 def _reject_context(request: RequestFeatures, context_length: int, what: str) -> Decision:

@@ -36,6 +36,8 @@ class Reason(StrEnum):
     LENGTH_THRESHOLD = "length_threshold"
     LARGEST = "largest"
     REJECTED_CONTEXT = "rejected_context"  # 400: prompt + max_tokens fits no (or not the pinned) variant
+    # 400: the request asks for a sampling field no variant's backend (or not the pinned one's) implements
+    REJECTED_UNSUPPORTED_FIELD = "rejected_unsupported_field"
     REJECTED_UNKNOWN_VARIANT = "rejected_unknown_variant"  # 404: pinned to a name no variant has
     REJECTED_UNAVAILABLE = "rejected_unavailable"  # 503: no replica ready (or starting, where allowed)
     REJECTED_OVERLOADED = "rejected_overloaded"  # 429: every candidate's queue is past the request's bound
@@ -62,6 +64,9 @@ class RequestFeatures:
     priority: int = 0  # higher may accept longer queues (RouterConfig.queue_bound_per_priority)
     sheddable: bool = False  # rejected first under load (RouterConfig.sheddable_queue_bound_per_replica)
     pinned: str | None = None  # the client named a variant: honour it or reject, never reroute
+    # The optional sampling fields it asks for (engines.protocol.SAMPLING_FIELDS): only a variant whose backend
+    # implements every one may take it.
+    sampling_fields: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -79,6 +84,8 @@ class VariantView:
     ready_replicas: int
     max_running_requests: int  # batch slots per replica
     latency: LatencyModel
+    # The optional sampling fields its backend implements (EngineConfig.sampling_fields()); None: every one.
+    sampling_fields: frozenset[str] | None = None
     starting_replicas: int = 0  # replicas being started (scaling up), not serving yet
     queued_requests: int = 0
     running_requests: int = 0
@@ -138,6 +145,7 @@ class Decision:
     reject_status: int | None = None  # HTTP status of a rejection: 400, 404, 429 or 503
     retry_after_s: float | None = None  # with 429 and 503
     detail: str = ""  # a sentence for the client, with a rejection
+    param: str | None = None  # the request field a 400 is about (OpenAI's error.param), where there is one
 
     @property
     def rejected(self) -> bool:

@@ -47,8 +47,8 @@ from engines.errors import (
     ServingError,
     UnavailableError,
 )
-from engines.protocol import Delta, GenerationRequest
-from router import Decision, Prediction, RequestFeatures, features_from_headers
+from engines.protocol import Delta, GenerationRequest, unsupported_field_message
+from router import Decision, Prediction, Reason, RequestFeatures, features_from_headers
 from serve_app.auth import KeyStore, Principal
 from serve_app.config import AppConfig
 from serve_app.errors import PayloadTooLargeError, describe, error_body, error_response
@@ -112,6 +112,8 @@ def _rejection(decision: Decision, prompt_tokens: int, contexts: dict[str, int])
     """The router's rejection as the project's error, so the one boundary in errors.py translates it."""
     detail = decision.detail or f"The request was not routed ({decision.reason})."
     status = decision.reject_status
+    if decision.reason == Reason.REJECTED_UNSUPPORTED_FIELD:
+        return InvalidRequestError(detail, param=decision.param)
     if status == 400:
         longest = max(contexts.values(), default=0)
         return ContextTooLongError(detail, prompt_tokens=prompt_tokens, context_length=longest)
@@ -205,6 +207,7 @@ class Ingress:
     async def __init__(self, config: dict, variants: dict[str, Any], board: Any) -> None:  # type: ignore[misc]
         self.config = AppConfig.model_validate(config)
         self._variants = variants  # variant name -> DeploymentHandle
+        self._engines = {v.name: v.engine for v in self.config.variants}
         # _by_reference=False: Serve's inter-deployment gRPC (every replica runs its server), one stream per
         # request instead of one Ray object per delta; the per-object bookkeeping was most of the ingress's CPU
         # per token. Errors arrive the same way (RayTaskError; ActorUnavailableError for a replica gone).
@@ -429,8 +432,15 @@ class Ingress:
         max_tokens = self._check_max_tokens(max_tokens)
         self._check_prompt_limit(len(prompt_ids))
         flight.prompt_tokens = len(prompt_ids)
+        sampling = req.sampling(max_tokens)
         features = features_from_headers(
-            inbound.slo_headers, len(prompt_ids), max_tokens, req.priority, pinned, self.config.router
+            inbound.slo_headers,
+            len(prompt_ids),
+            max_tokens,
+            req.priority,
+            pinned,
+            self.config.router,
+            sampling.requested_fields(),
         )
         variant, reason, prediction, rejection = await self._route(features)
         flight.reason = reason
@@ -447,7 +457,7 @@ class Ingress:
         )
         flight.headers.update(flight.ticket.headers())  # x-route-predicted-ttft-ms / -tpot-ms
         flight.recorder = RequestRecorder(self._metrics, variant, features.slo.ttft_ms, features.slo.tpot_ms)
-        gen_request = GenerationRequest(flight.request_id, prompt_ids, req.sampling(max_tokens))
+        gen_request = GenerationRequest(flight.request_id, prompt_ids, sampling)
         dispatched_at = time.monotonic()
         first = await self._first_delta(flight, variant, gen_request)
         if first is None:
@@ -536,14 +546,25 @@ class Ingress:
         if not self._routing.has_live_stats():
             await self._routing.refresh()  # right after a deploy the background refresh may not have run
         if not self._routing.has_live_stats():
-            # No variant has reported yet: fall back to the pinned or default variant rather than refuse.
-            return features.pinned or self.config.default_variant_name, "no_live_stats", None, None
+            return self._fallback(features)
         decision = self._routing.decide(features)
         if decision.rejected:
             error = _rejection(decision, features.prompt_tokens, self._routing.context_lengths())
             return "", str(decision.reason), None, error
         variant = decision.variant or ""
         return variant, str(decision.reason), decision.predictions.get(variant), None
+
+    def _fallback(self, features: RequestFeatures) -> tuple[str, str, Prediction | None, ServingError | None]:
+        """No variant has reported yet: the pinned or default variant rather than a refusal, or else the first
+        whose backend implements the sampling fields the request asks for; a 400 naming one when none does."""
+        names = [features.pinned] if features.pinned else [self.config.default_variant_name, *self._engines]
+        for name in names:
+            if features.sampling_fields <= self._engines[name].sampling_fields():
+                return name, "no_live_stats", None, None
+        missing = sorted(features.sampling_fields - self._engines[names[0]].sampling_fields())
+        where = f"variant {names[0]!r}'s engine" if features.pinned else "the engine of any variant"
+        refusal = InvalidRequestError(unsupported_field_message(missing[0], where), param=missing[0])
+        return "", str(Reason.REJECTED_UNSUPPORTED_FIELD), None, refusal
 
     # ------------------------------------------------------------------ checks
 

@@ -1,12 +1,17 @@
 """OpenAI request bodies we accept, validated with pydantic, and their mapping onto engine sampling params.
 
 Unknown fields are ignored (clients such as the ``openai`` SDK send fields like ``user``); known fields are
-checked for type and range, and every failure names its field (OpenAI's ``error.param``). OpenAI fields that
-change what a client gets back and that this server does not implement (logprobs, penalties, tools, structured
-output, ...) are refused with a 400 naming them when set to anything but their neutral value, never silently
-dropped: :data:`UNSUPPORTED_COMPLETION` and :data:`UNSUPPORTED_CHAT` list them (from the ``openai`` package's
-``completion_create_params`` and ``chat/completion_create_params``). Fields that change nothing a client sees
-(``user``, ``metadata``, ``store``, ``service_tier``, ``prompt_cache_key``, ...) are ignored.
+checked for type and range, and every failure names its field (OpenAI's ``error.param``).
+
+* The optional sampling fields (penalties, logit_bias, seed, min_tokens, ...; ``engines.protocol.SAMPLING_FIELDS``)
+  are implemented by some backends and not others: the router sends a request that uses one only to a variant
+  whose backend implements it, and refuses it with a 400 naming the field otherwise (docs/openai-api.md).
+* OpenAI fields that change what a client gets back and that no backend here implements (logprobs, tools,
+  structured output, ...) are refused with a 400 naming them when set to anything but their neutral value, never
+  silently dropped: :data:`UNSUPPORTED_COMPLETION` and :data:`UNSUPPORTED_CHAT` list them (from the ``openai``
+  package's ``completion_create_params`` and ``chat/completion_create_params``).
+* Fields that change nothing a client sees (``user``, ``metadata``, ``store``, ``service_tier``,
+  ``prompt_cache_key``, ...) are ignored.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from __future__ import annotations
 import json
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, ValidationError, field_validator
 
 from engines.errors import InvalidRequestError
 from engines.protocol import SamplingParams
@@ -37,6 +42,24 @@ class _SamplingFields(BaseModel):
     stop: str | list[str] | None = None
     stop_token_ids: list[int] = Field(default_factory=list, description="Extension (vLLM).")
     ignore_eos: bool = Field(False, description="Extension (vLLM): keep generating past end-of-sequence.")
+    # strict: a JSON false is not a penalty of 0, nor a string a number.
+    presence_penalty: float | None = Field(None, ge=-2.0, le=2.0, strict=True, description="0 (or absent) is off.")
+    frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0, strict=True, description="0 (or absent) is off.")
+    repetition_penalty: float | None = Field(
+        None,
+        gt=0.0,
+        strict=True,
+        description="Extension (vLLM, TensorRT-LLM): > 1 discourages repeats; 1 (or absent) is off.",
+    )
+    min_tokens: int | None = Field(
+        None,
+        ge=0,
+        strict=True,
+        description="Extension (vLLM, TensorRT-LLM): no EOS or stop token id before this many tokens.",
+    )
+    logit_bias: dict[str, StrictFloat] | None = Field(
+        None, description="Token id (as a string) -> bias in [-100, 100] added to its logit."
+    )
     n: int = Field(1, ge=1, le=1, description="Only one choice per request is supported.")
     stream: bool = False
     stream_options: StreamOptions | None = None
@@ -54,6 +77,16 @@ class _SamplingFields(BaseModel):
             raise ValueError("stop sequences must not be empty")
         return v
 
+    @field_validator("logit_bias")
+    @classmethod
+    def _token_biases(cls, v: dict[str, StrictFloat] | None) -> dict[str, StrictFloat] | None:
+        for token, bias in (v or {}).items():
+            if not token.isdigit():
+                raise ValueError(f"keys must be token ids (non-negative integers as strings), got {token!r}")
+            if not -100.0 <= bias <= 100.0:
+                raise ValueError(f"biases must be in [-100, 100], got {bias} for token {token}")
+        return v
+
     def stop_list(self) -> list[str]:
         return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
 
@@ -67,6 +100,11 @@ class _SamplingFields(BaseModel):
             stop=self.stop_list(),
             stop_token_ids=list(self.stop_token_ids),
             ignore_eos=self.ignore_eos,
+            presence_penalty=self.presence_penalty or 0.0,
+            frequency_penalty=self.frequency_penalty or 0.0,
+            repetition_penalty=1.0 if self.repetition_penalty is None else self.repetition_penalty,
+            min_tokens=self.min_tokens or 0,
+            logit_bias={int(token): bias for token, bias in (self.logit_bias or {}).items()},
         )
 
     @property
@@ -75,21 +113,18 @@ class _SamplingFields(BaseModel):
 
 
 # Field -> the values that ask for nothing (what absent means). Anything else is refused with a 400 naming the field.
-_PENALTIES: dict[str, tuple[Any, ...]] = {"frequency_penalty": (None, 0, 0.0), "presence_penalty": (None, 0, 0.0)}
+# The sampling fields some backends implement (penalties, logit_bias, min_tokens, seed, ...) are not here: the router
+# sends a request using them only to a variant whose backend implements them (engines.protocol.SAMPLING_FIELDS).
 UNSUPPORTED_COMPLETION: dict[str, tuple[Any, ...]] = {
-    **_PENALTIES,
     "best_of": (None, 1),
     "echo": (None, False),
-    "logit_bias": (None, {}),
     "logprobs": (None,),
     "suffix": (None, ""),
 }
 UNSUPPORTED_CHAT: dict[str, tuple[Any, ...]] = {
-    **_PENALTIES,
     "audio": (None,),
     "function_call": (None, "none", "auto"),
     "functions": (None, []),
-    "logit_bias": (None, {}),
     "logprobs": (None, False),
     "top_logprobs": (None, 0),
     "modalities": (None, ["text"]),

@@ -96,6 +96,7 @@ class RoutingTable:
                         starting_replicas=1,
                         max_running_requests=1,
                         latency=self._models[name],
+                        sampling_fields=variant.engine.sampling_fields(),
                     )
                 )
                 continue
@@ -108,6 +109,7 @@ class RoutingTable:
                 ready_replicas=len(replicas),
                 max_running_requests=max(1, min(r["max_running_requests"] for r in replicas)),
                 latency=self._models[name],
+                sampling_fields=variant.engine.sampling_fields(),
                 queued_requests=sum(r["queued_requests"] for r in replicas),
                 running_requests=sum(r["running_requests"] for r in replicas),
                 queued_prompt_tokens=sum(r["queued_prompt_tokens"] for r in replicas),

@@ -83,6 +83,39 @@ async def test_without_ignore_eos_an_answer_ends_at_a_paragraph_with_eos_kept_ou
     assert "".join(d.text for d in deltas).endswith("\n")  # the paragraph's end
 
 
+async def test_min_tokens_reads_past_the_paragraph_end_where_eos_would_come():
+    async with running() as engine:
+        natural = await collect(engine, request(engine, max_tokens=2000, seed=3))
+        n = natural[-1].completion_tokens  # ends with EOS at its paragraph's end
+        longer = await collect(engine, request(engine, max_tokens=2000, seed=3, min_tokens=n + 5))
+    assert natural[-1].finish_reason == longer[-1].finish_reason == "stop"
+    assert longer[-1].completion_tokens > n + 5
+    assert engine.tokenizer.eos_token_id not in [t for d in longer for t in d.token_ids][:-1]
+
+
+async def test_min_tokens_masks_a_stop_token_id_before_it():
+    async with running() as engine:
+        probe = await collect(engine, request(engine, max_tokens=12, ignore_eos=True, seed=9))
+        stop_id = probe[-1].token_ids[-1]  # the 12th token
+        deltas = await collect(
+            engine,
+            request(engine, max_tokens=40, ignore_eos=True, seed=9, stop_token_ids=[stop_id], min_tokens=20),
+        )
+    ids = [t for d in deltas for t in d.token_ids]
+    assert len(ids) >= 20 and stop_id not in ids[:20]
+
+
+@pytest.mark.parametrize(
+    "asked",
+    [{"presence_penalty": 0.5}, {"frequency_penalty": -1.0}, {"repetition_penalty": 1.3}, {"logit_bias": {5: 9.0}}],
+)
+async def test_sampling_fields_that_need_logits_are_refused_by_name(asked):
+    async with running() as engine:
+        with pytest.raises(InvalidRequestError, match="not implemented") as err:
+            await collect(engine, request(engine, max_tokens=4, **asked))
+    assert err.value.param == next(iter(asked))
+
+
 async def test_a_stop_string_ends_the_answer_before_it_and_frees_the_sequence():
     async with running() as engine:
         deltas = await collect(engine, request(engine, max_tokens=2000, ignore_eos=True, seed=5, stop=[" the"]))

@@ -70,7 +70,7 @@ async def test_sixteen_concurrent_streams_complete_with_their_lengths(engine):
     lengths = [8 + i for i in range(16)]
     results = await asyncio.gather(
         *[
-            _collect(engine, _request(prompt, rid=f"c{i}", max_tokens=n, ignore_eos=True, temperature=0.8, seed=i))
+            _collect(engine, _request(prompt, rid=f"c{i}", max_tokens=n, ignore_eos=True, temperature=0.8))
             for i, n in enumerate(lengths)
         ]
     )
@@ -143,6 +143,25 @@ async def test_bad_input_raises_our_errors_naming_the_problem(engine):
         await _collect(engine, _request([300] * 10, max_tokens=engine.context_length))
     with pytest.raises(InvalidRequestError, match="vocabulary"):
         await _collect(engine, _request([10**9], max_tokens=4))
+    await _wait_idle(engine)
+
+
+@pytest.mark.parametrize(
+    "asked",
+    [
+        {"presence_penalty": 0.5},
+        {"frequency_penalty": 0.5},
+        {"repetition_penalty": 1.2},
+        {"min_tokens": 2},
+        {"logit_bias": {5: -100.0}},
+        {"seed": 3, "temperature": 0.8},  # one seed for the whole batch loop: a request's own cannot be honoured
+    ],
+)
+async def test_sampling_fields_continuous_batching_cannot_apply_per_request_are_refused_by_name(engine, asked):
+    # transformers 5.24's per-request processors take temperature, top_p and top_k only (cb_logits_processors.py).
+    with pytest.raises(InvalidRequestError, match="not implemented") as err:
+        await _collect(engine, _request([5, 6], max_tokens=4, **asked))
+    assert err.value.param == next(iter(asked))
     await _wait_idle(engine)
 
 

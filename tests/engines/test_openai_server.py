@@ -235,6 +235,36 @@ def test_the_request_body_is_standard_openai_unless_extensions_are_on():
     assert body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
 
 
+def test_penalties_and_logit_bias_are_passed_through_and_the_extensions_only_when_on():
+    sampling = SamplingParams(
+        max_tokens=7, presence_penalty=0.5, frequency_penalty=-1.0, logit_bias={42: -100.0}, seed=1
+    )
+    req = GenerationRequest("r", [1, 2], sampling)
+    body = completion_body(req, model="m", prompt=[1, 2], max_tokens=7, extensions=False)
+    assert (body["presence_penalty"], body["frequency_penalty"]) == (0.5, -1.0)
+    assert body["logit_bias"] == {"42": -100.0}  # JSON object keys are strings
+    req.sampling.repetition_penalty, req.sampling.min_tokens = 1.2, 3
+    with pytest.raises(InvalidRequestError) as err:
+        completion_body(req, model="m", prompt=[1, 2], max_tokens=7, extensions=False)
+    assert err.value.param == "repetition_penalty"
+    body = completion_body(req, model="m", prompt=[1, 2], max_tokens=7, extensions=True)
+    assert (body["repetition_penalty"], body["min_tokens"]) == (1.2, 3)
+
+
+def test_neutral_penalties_are_not_sent():
+    req = GenerationRequest("r", [1, 2], SamplingParams(max_tokens=7, repetition_penalty=1.0, logit_bias={3: 0.0}))
+    body = completion_body(req, model="m", prompt=[1, 2], max_tokens=7, extensions=True)
+    assert not {"presence_penalty", "frequency_penalty", "repetition_penalty", "min_tokens", "logit_bias"} & set(body)
+
+
+def test_the_sidecar_declares_the_extensions_only_when_it_may_send_them():
+    plain = OpenAIServerEngineConfig(model="/m").sampling_fields()
+    extended = OpenAIServerEngineConfig(model="/m", sampling_extensions=True).sampling_fields()
+    assert {"presence_penalty", "frequency_penalty", "logit_bias", "seed"} <= plain
+    assert not {"repetition_penalty", "min_tokens", "top_k"} & plain
+    assert {"repetition_penalty", "min_tokens", "top_k", "ignore_eos", "stop_token_ids"} <= extended
+
+
 def test_trtllm_serve_iteration_stats_are_read():
     stats = [
         {"iter": 1, "numActiveRequests": 5, "numQueuedRequests": 2, "kvCacheStats": {"usedNumBlocks": 10}},

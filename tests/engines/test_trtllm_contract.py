@@ -172,6 +172,35 @@ async def test_sampling_mapping_contract(fake_trtllm, hf_checkpoint):
     await engine.shutdown()
 
 
+async def test_penalties_and_min_tokens_reach_the_sampling_params_contract(fake_trtllm, hf_checkpoint):
+    # What the fake cannot prove: that the C++ sampler applies them (TensorRT-LLM's own tests do).
+    engine = await started(config(hf_checkpoint))
+    await collect(engine, request(max_tokens=3))
+    asked = {"presence_penalty": 0.5, "frequency_penalty": -0.25, "repetition_penalty": 1.3, "min_tokens": 2}
+    await collect(engine, request(max_tokens=3, **asked))
+    (llm,) = fake_trtllm.LLM.instances
+    plain, penalised = (params for _, params in llm.requests)
+    # Neutral values are left None: the C++ runtime's own defaults.
+    assert (plain.presence_penalty, plain.frequency_penalty, plain.repetition_penalty, plain.min_tokens) == (
+        None,
+        None,
+        None,
+        None,
+    )
+    assert {name: getattr(penalised, name) for name in asked} == asked
+    await engine.shutdown()
+
+
+async def test_logit_bias_is_refused_naming_it_contract(fake_trtllm, hf_checkpoint):
+    engine = await started(config(hf_checkpoint))
+    with pytest.raises(InvalidRequestError) as err:
+        await collect(engine, request(logit_bias={5: -100.0}))
+    assert err.value.param == "logit_bias"
+    (llm,) = fake_trtllm.LLM.instances
+    assert llm.requests == []  # refused before it reached TensorRT-LLM
+    await engine.shutdown()
+
+
 async def test_stop_string_never_leaks_contract(fake_trtllm, hf_checkpoint):
     # TensorRT-LLM streams "w", "wo" (the stop string's start) before it cuts the text at "world".
     engine = await started(config(hf_checkpoint))

@@ -197,6 +197,59 @@ def test_a_request_no_context_holds_is_rejected_with_400_naming_the_sizes():
     assert "9128" in decision.detail and "8192" in decision.detail
 
 
+# --- sampling fields -------------------------------------------------------------------------------
+
+PENALTIES = frozenset({"presence_penalty", "frequency_penalty"})
+
+
+@pytest.mark.parametrize("policy", ALL_POLICIES)
+def test_a_request_using_a_sampling_field_only_goes_to_a_variant_whose_backend_implements_it(policy: Policy):
+    # big is saturated and small idle: every policy would like small, whose backend has no penalties.
+    variants = [small(sampling_fields=frozenset({"seed"})), big(**saturated(queued=1), sampling_fields=PENALTIES)]
+    for _ in range(3):  # round robin must not take its turn on a variant that cannot honour the field
+        decision = decide(request(sampling_fields=frozenset({"presence_penalty"})), variants, policy=policy)
+
+        assert decision.variant == "big"
+        assert "small" not in decision.predictions
+
+
+def test_a_view_that_declares_no_fields_implements_every_one():
+    decision = decide(request(sampling_fields=frozenset({"logit_bias"})), [small()], objective="cost")
+
+    assert decision.variant == "small"
+
+
+def test_a_field_no_variant_implements_is_rejected_with_400_naming_it():
+    variants = [small(sampling_fields=frozenset({"seed"})), big(sampling_fields=PENALTIES)]
+
+    decision = decide(request(sampling_fields=frozenset({"seed", "logit_bias"})), variants)
+
+    assert (decision.reject_status, decision.reason) == (400, Reason.REJECTED_UNSUPPORTED_FIELD)
+    assert decision.param == "logit_bias" and "'logit_bias'" in decision.detail
+
+
+def test_fields_that_no_single_variant_implements_together_are_rejected_naming_one():
+    variants = [small(sampling_fields=frozenset({"seed"})), big(sampling_fields=PENALTIES)]
+
+    decision = decide(request(sampling_fields=frozenset({"seed", "presence_penalty"})), variants)
+
+    assert (decision.reject_status, decision.reason) == (400, Reason.REJECTED_UNSUPPORTED_FIELD)
+    assert decision.param == "presence_penalty"  # the first one small (the first variant) lacks
+
+
+def test_a_pinned_request_using_a_field_its_backend_lacks_is_rejected_not_rerouted():
+    variants = [small(sampling_fields=frozenset()), big(sampling_fields=PENALTIES)]
+
+    decision = decide(request(pinned="small", sampling_fields=frozenset({"frequency_penalty"})), variants)
+
+    assert (decision.reject_status, decision.reason, decision.param) == (
+        400,
+        Reason.REJECTED_UNSUPPORTED_FIELD,
+        "frequency_penalty",
+    )
+    assert "'small'" in decision.detail
+
+
 # --- pinned requests -------------------------------------------------------------------------------
 
 

@@ -77,3 +77,62 @@ def test_a_zero_is_not_false_and_false_is_not_zero():
         parse_request(CompletionRequest, {**COMPLETION, "echo": 0})
     with pytest.raises(InvalidRequestError):
         parse_request(CompletionRequest, {**COMPLETION, "frequency_penalty": False})
+
+
+@pytest.mark.parametrize("parse", [(CompletionRequest, COMPLETION), (ChatCompletionRequest, CHAT)])
+def test_the_optional_sampling_fields_map_onto_the_engines_sampling_params(parse):
+    model, base = parse
+    body = {
+        **base,
+        "presence_penalty": 0.5,
+        "frequency_penalty": -1,
+        "repetition_penalty": 1.2,
+        "min_tokens": 4,
+        "logit_bias": {"7": -100, "12": 2.5},
+        "seed": 3,
+    }
+    sampling = parse_request(model, body).sampling(16)
+    assert (sampling.presence_penalty, sampling.frequency_penalty, sampling.repetition_penalty) == (0.5, -1.0, 1.2)
+    assert (sampling.min_tokens, sampling.logit_bias, sampling.seed) == (4, {7: -100.0, 12: 2.5}, 3)
+    assert sampling.requested_fields() == {
+        "presence_penalty",
+        "frequency_penalty",
+        "repetition_penalty",
+        "min_tokens",
+        "logit_bias",
+        "seed",
+    }
+
+
+def test_neutral_sampling_values_ask_for_no_field():
+    body = {
+        **COMPLETION,
+        "presence_penalty": 0,
+        "frequency_penalty": None,
+        "repetition_penalty": 1,
+        "min_tokens": 0,
+        "logit_bias": {"7": 0},
+        "top_k": 1,
+        "seed": 5,
+        "temperature": 0,  # greedy: a seed changes nothing
+    }
+    assert parse_request(CompletionRequest, body).sampling(16).requested_fields() == frozenset()
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "param"),
+    [
+        ("presence_penalty", 2.5, "presence_penalty"),
+        ("frequency_penalty", False, "frequency_penalty"),
+        ("repetition_penalty", 0, "repetition_penalty"),
+        ("min_tokens", -1, "min_tokens"),
+        ("min_tokens", True, "min_tokens"),
+        ("logit_bias", {"x": 1}, "logit_bias"),
+        ("logit_bias", {"7": 101}, "logit_bias"),
+        ("logit_bias", {"7": True}, "logit_bias.7"),
+    ],
+)
+def test_sampling_fields_out_of_range_are_refused_by_name(field, value, param):
+    with pytest.raises(InvalidRequestError) as err:
+        parse_request(CompletionRequest, {**COMPLETION, field: value})
+    assert err.value.param == param

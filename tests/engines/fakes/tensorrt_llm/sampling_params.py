@@ -19,6 +19,9 @@ class SamplingParams:
     seed: int | None = None
     temperature: float | None = None
     min_tokens: int | None = None
+    repetition_penalty: float | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
     ignore_eos: bool = False
     detokenize: bool = True
     add_special_tokens: bool = True
