@@ -266,6 +266,7 @@ class Ingress:
                     "name": v.name,
                     "backend": v.engine.backend,
                     "model": v.engine.model,
+                    "sampling_fields": sorted(v.engine.sampling_fields()),  # docs/openai-api.md
                     "replicas": len(replicas),
                     "running_requests": sum(r["running_requests"] for r in replicas),
                     "queued_requests": sum(r["queued_requests"] for r in replicas),

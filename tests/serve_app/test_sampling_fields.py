@@ -21,8 +21,8 @@ pytestmark = pytest.mark.serve
 PREFIX = "/sampling-fields"
 MODEL = "mixed"
 
-# A value of each optional sampling field that asks for something (the openai client sends the extensions in
-# extra_body), and whether temperature must be above 0 for it to ask (a seed changes nothing when greedy).
+# A value of each optional sampling field that asks for something (sent with temperature 0.8: a seed changes
+# nothing when greedy). The openai client sends the extensions in extra_body.
 ASKING = {
     "presence_penalty": 0.5,
     "frequency_penalty": -0.5,
@@ -132,6 +132,12 @@ def test_neutral_values_go_anywhere_even_pinned_to_hf(client):
         extra_body={"repetition_penalty": 1.0, "min_tokens": 0},
     )
     assert completion.usage.completion_tokens > 0
+
+
+def test_variants_lists_the_sampling_fields_each_backend_implements(mixed_url):
+    variants = {v["name"]: v for v in httpx.get(f"{mixed_url}/variants", timeout=30).json()["variants"]}
+    assert variants["hf-tiny"]["sampling_fields"] == sorted(HF_SAMPLING_FIELDS)
+    assert variants["emulated-tiny"]["sampling_fields"] == sorted(EMULATED_SAMPLING_FIELDS)
 
 
 def test_chat_refuses_a_penalty_by_name_too(client):
