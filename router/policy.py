@@ -71,9 +71,9 @@ def route(
     if not variants:  # every variant's stats went stale: nothing is known to serve
         return _reject_unavailable("any variant", config)
     if request.sampling_fields:
-        capable = [v for v in variants if not _missing_fields(request, v)]
+        capable = [v for v in variants if not missing_fields(request, v)]
         if not capable:
-            return _reject_unsupported(request, variants)
+            return reject_unsupported(request, variants)
         variants = capable
     needed = request.prompt_tokens + request.max_tokens
     fitting = [v for v in variants if needed <= v.context_length]
@@ -318,8 +318,8 @@ def _route_pinned(request: RequestFeatures, variants: Sequence[VariantView], con
             reject_status=404,
             detail=f"There is no variant {request.pinned!r}.",
         )
-    if _missing_fields(request, view):
-        return _reject_unsupported(request, [view])
+    if missing_fields(request, view):
+        return reject_unsupported(request, [view])
     if request.prompt_tokens + request.max_tokens > view.context_length:
         return _reject_context(request, view.context_length, f"variant {view.name!r}'s context")
     if serving_replicas(view, config) == 0:
@@ -331,20 +331,20 @@ def _route_pinned(request: RequestFeatures, variants: Sequence[VariantView], con
     return Decision(view.name, Reason.PINNED, predictions)
 
 
-def _missing_fields(request: RequestFeatures, view: VariantView) -> list[str]:
+def missing_fields(request: RequestFeatures, view: VariantView) -> list[str]:
     """The sampling fields ``request`` asks for that ``view``'s backend does not implement, sorted."""
     if view.sampling_fields is None:
         return []
     return sorted(request.sampling_fields - view.sampling_fields)
 
 
-def _reject_unsupported(request: RequestFeatures, variants: Sequence[VariantView]) -> Decision:
+def reject_unsupported(request: RequestFeatures, variants: Sequence[VariantView]) -> Decision:
     """A 400 naming a field: one no variant implements, else (each is somewhere, never all in one) the first
     field the first variant lacks."""
     wanted = request.sampling_fields
     implemented = set().union(*(wanted if v.sampling_fields is None else v.sampling_fields for v in variants))
     nowhere = sorted(wanted - implemented)
-    name = nowhere[0] if nowhere else _missing_fields(request, variants[0])[0]
+    name = nowhere[0] if nowhere else missing_fields(request, variants[0])[0]
     if len(variants) == 1:
         detail = f"'{name}' is not implemented by variant {variants[0].name!r}'s engine"
     elif nowhere:

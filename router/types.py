@@ -44,6 +44,8 @@ class Reason(StrEnum):
     REJECTED_SLO = "rejected_slo"  # 429: no candidate predicted to meet the SLO and on_violation=reject
     # 429: no candidate meets the SLO and the queues make the miss hopeless everywhere (router.shedding)
     SHED_HOPELESS = "shed_hopeless"
+    # No variant has reported its stats yet (right after a deploy): the ingress's fallback, not the policy's pick
+    NO_LIVE_STATS = "no_live_stats"
 
 
 @dataclass(frozen=True, slots=True)

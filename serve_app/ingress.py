@@ -47,7 +47,7 @@ from engines.errors import (
     ServingError,
     UnavailableError,
 )
-from engines.protocol import Delta, GenerationRequest, unsupported_field_message
+from engines.protocol import Delta, GenerationRequest
 from router import Decision, Prediction, Reason, RequestFeatures, features_from_headers
 from serve_app.auth import KeyStore, Principal
 from serve_app.config import AppConfig
@@ -207,7 +207,6 @@ class Ingress:
     async def __init__(self, config: dict, variants: dict[str, Any], board: Any) -> None:  # type: ignore[misc]
         self.config = AppConfig.model_validate(config)
         self._variants = variants  # variant name -> DeploymentHandle
-        self._engines = {v.name: v.engine for v in self.config.variants}
         # _by_reference=False: Serve's inter-deployment gRPC (every replica runs its server), one stream per
         # request instead of one Ray object per delta; the per-object bookkeeping was most of the ingress's CPU
         # per token. Errors arrive the same way (RayTaskError; ActorUnavailableError for a replica gone).
@@ -546,26 +545,13 @@ class Ingress:
         """(variant, reason, prediction, rejection): where the request goes, or the error that refuses it."""
         if not self._routing.has_live_stats():
             await self._routing.refresh()  # right after a deploy the background refresh may not have run
-        if not self._routing.has_live_stats():
-            return self._fallback(features)
-        decision = self._routing.decide(features)
+        no_stats = not self._routing.has_live_stats()
+        decision = self._routing.fallback(features) if no_stats else self._routing.decide(features)
         if decision.rejected:
             error = _rejection(decision, features.prompt_tokens, self._routing.context_lengths())
             return "", str(decision.reason), None, error
         variant = decision.variant or ""
         return variant, str(decision.reason), decision.predictions.get(variant), None
-
-    def _fallback(self, features: RequestFeatures) -> tuple[str, str, Prediction | None, ServingError | None]:
-        """No variant has reported yet: the pinned or default variant rather than a refusal, or else the first
-        whose backend implements the sampling fields the request asks for; a 400 naming one when none does."""
-        names = [features.pinned] if features.pinned else [self.config.default_variant_name, *self._engines]
-        for name in names:
-            if features.sampling_fields <= self._engines[name].sampling_fields():
-                return name, "no_live_stats", None, None
-        missing = sorted(features.sampling_fields - self._engines[names[0]].sampling_fields())
-        where = f"variant {names[0]!r}'s engine" if features.pinned else "the engine of any variant"
-        refusal = InvalidRequestError(unsupported_field_message(missing[0], where), param=missing[0])
-        return "", str(Reason.REJECTED_UNSUPPORTED_FIELD), None, refusal
 
     # ------------------------------------------------------------------ checks
 

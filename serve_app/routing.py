@@ -16,9 +16,10 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from router import Decision, LatencyModel, Prediction, RequestFeatures, RouterState, VariantView, route
+from router import Decision, LatencyModel, Prediction, Reason, RequestFeatures, RouterState, VariantView, route
 from router.inflight import InflightBook, RouteTicket
 from router.load import decode_pace
+from router.policy import missing_fields, reject_unsupported
 from serve_app.config import AppConfig
 
 logger = logging.getLogger("ray.serve")
@@ -138,6 +139,19 @@ class RoutingTable:
 
     def decide(self, features: RequestFeatures) -> Decision:
         return route(features, self.views(), self.config.router, self._state)
+
+    def fallback(self, features: RequestFeatures) -> Decision:
+        """Where a request goes while no variant has reported yet (right after a deploy): the pinned or default
+        variant rather than a refusal, or else the first whose backend implements every sampling field the request
+        asks for; a 400 naming a field when none (or not the pinned one) does."""
+        views = {v.name: v for v in self.views()}
+        default = self.config.default_variant_name
+        names = [features.pinned] if features.pinned else [default, *(n for n in views if n != default)]
+        candidates = [views[name] for name in names if name in views]
+        capable = next((v for v in candidates if not missing_fields(features, v)), None)
+        if capable is None:
+            return reject_unsupported(features, candidates)
+        return Decision(capable.name, Reason.NO_LIVE_STATS, {})
 
     def open(
         self,

@@ -189,3 +189,44 @@ def test_a_timeout_without_a_first_token_teaches_the_time_waited(table):
         prediction.ttft_ms
     )
     assert model.ttft_margin > 0
+
+
+def _mixed_table() -> RoutingTable:
+    args = {
+        "model_name": "mixed",
+        "default_variant": "hf-tiny",
+        "variants": [
+            {"name": "hf-tiny", "engine": {"backend": "hf", "model": "builtin:tiny", "device": "cpu"}},
+            {"name": "emulated-tiny", "engine": {"backend": "emulated", "preset": "cpu-builtin-tiny"}},
+        ],
+    }
+    return RoutingTable(load_app_config(args), snapshot=None)  # type: ignore[arg-type]
+
+
+def test_views_carry_the_sampling_fields_each_backend_implements():
+    views = {v.name: v for v in _mixed_table().views()}
+    assert views["hf-tiny"].sampling_fields is not None and "min_tokens" not in views["hf-tiny"].sampling_fields
+    assert views["emulated-tiny"].sampling_fields is not None and "min_tokens" in views["emulated-tiny"].sampling_fields
+
+
+def test_without_reports_the_fallback_is_the_default_variant_unless_it_lacks_a_field():
+    table = _mixed_table()
+    plain = table.fallback(RequestFeatures(prompt_tokens=5, max_tokens=5))
+    assert (plain.variant, plain.reason) == ("hf-tiny", Reason.NO_LIVE_STATS)
+    asking = table.fallback(RequestFeatures(prompt_tokens=5, max_tokens=5, sampling_fields=frozenset({"min_tokens"})))
+    assert asking.variant == "emulated-tiny"
+
+
+def test_without_reports_a_field_no_variant_or_not_the_pinned_one_implements_is_a_400_naming_it():
+    table = _mixed_table()
+    nowhere = table.fallback(RequestFeatures(prompt_tokens=5, max_tokens=5, sampling_fields=frozenset({"logit_bias"})))
+    assert (nowhere.reject_status, nowhere.reason, nowhere.param) == (
+        400,
+        Reason.REJECTED_UNSUPPORTED_FIELD,
+        "logit_bias",
+    )
+    pinned = table.fallback(
+        RequestFeatures(prompt_tokens=5, max_tokens=5, pinned="hf-tiny", sampling_fields=frozenset({"min_tokens"}))
+    )
+    assert (pinned.reject_status, pinned.param) == (400, "min_tokens")
+    assert "'hf-tiny'" in pinned.detail
