@@ -91,6 +91,10 @@ class _SamplingFields(BaseModel):
         return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
 
     def sampling(self, max_tokens: int) -> SamplingParams:
+        if self.min_tokens is not None and self.min_tokens > max_tokens:  # caught here, not a round trip later
+            raise InvalidRequestError(
+                f"min_tokens ({self.min_tokens}) must not exceed max_tokens ({max_tokens}).", param="min_tokens"
+            )
         return SamplingParams(
             max_tokens=max_tokens,
             temperature=self.temperature,

@@ -136,3 +136,10 @@ def test_sampling_fields_out_of_range_are_refused_by_name(field, value, param):
     with pytest.raises(InvalidRequestError) as err:
         parse_request(CompletionRequest, {**COMPLETION, field: value})
     assert err.value.param == param
+
+
+def test_min_tokens_above_max_tokens_is_refused_before_routing():
+    request = parse_request(CompletionRequest, {**COMPLETION, "min_tokens": 20})
+    with pytest.raises(InvalidRequestError) as err:
+        request.sampling(16)
+    assert err.value.param == "min_tokens"
