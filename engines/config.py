@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from engines.presets import EMULATED_PREFIX, PRESETS
 from engines.profile import EngineProfile
+from engines.protocol import SAMPLING_FIELDS
 
 
 class _Strict(BaseModel):
@@ -27,18 +28,7 @@ HF_SAMPLING_FIELDS = frozenset({"top_k", "ignore_eos", "stop_token_ids"})
 EMULATED_SAMPLING_FIELDS = frozenset({"seed", "top_k", "ignore_eos", "stop_token_ids", "min_tokens"})
 # tensorrt_llm.SamplingParams fields (sampling_params.py). logit_bias would be its embedding_bias, a tensor of the
 # model's vocabulary size that the adapter does not build (trtllm-serve builds it: the sidecar takes logit_bias).
-TRTLLM_SAMPLING_FIELDS = frozenset(
-    {
-        "seed",
-        "top_k",
-        "ignore_eos",
-        "stop_token_ids",
-        "presence_penalty",
-        "frequency_penalty",
-        "repetition_penalty",
-        "min_tokens",
-    }
-)
+TRTLLM_SAMPLING_FIELDS = SAMPLING_FIELDS - {"logit_bias"}
 # An OpenAI server takes OpenAI's own fields; the vLLM / trtllm-serve extensions only with sampling_extensions.
 OPENAI_SAMPLING_FIELDS = frozenset({"seed", "presence_penalty", "frequency_penalty", "logit_bias"})
 OPENAI_EXTENSION_FIELDS = frozenset({"top_k", "ignore_eos", "stop_token_ids", "repetition_penalty", "min_tokens"})

@@ -272,8 +272,9 @@ class EmulatedEngine(Engine):
             waiter.set_result(None)
 
     def _wake_due(self, seq: _Sequence, now: float) -> None:
-        """Wakes the stream if its message is due: its first token, its last, or its interval is over."""
-        if seq.finished or seq.first_token_time is None or now >= seq.send_at:
+        """Wakes a decoding stream if its message is due: its last token, or its interval is over (the first token
+        wakes it at once, in ``_end_iteration``)."""
+        if seq.finished or now >= seq.send_at:
             self._wake(seq)
 
     # ---------------------------------------------------------------- the iteration loop

@@ -52,12 +52,6 @@ def isolate_haproxy_ports(environ: MutableMapping[str, str] | None = None) -> No
             env[key] = str(free_port("0.0.0.0"))
 
 
-def fast_path_enabled(environ: MutableMapping[str, str] | None = None) -> bool:
-    """Whether this process's Serve runs with HAProxy (and so direct ingress) on."""
-    env = os.environ if environ is None else environ
-    return env.get("RAY_SERVE_ENABLE_HA_PROXY", "0") == "1"
-
-
 def main(argv: Sequence[str] | None = None) -> None:
     """``variant-serve <serve subcommand> ...``: Ray Serve's CLI, with the fast-path flags as defaults."""
     apply_fast_path_env()
