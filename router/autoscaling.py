@@ -16,8 +16,13 @@ largest wins:
   one replica should keep busy (``max_running_requests x target_batch_utilization``);
 * **prefill**: prompt tokens waiting for prefill over what one replica may have queued;
 * **kv**: the KV cache in use over the share of it one replica should fill;
-* **slo**: engines that report recent TTFT/TPOT beyond the SLO (less headroom) while busy ask for
-  one replica more; latency tells *that* more are needed, not how many;
+* **slo**: replicas whose requests wait, or recently waited, beyond the TTFT target (less headroom), or
+  whose engines decode slower than the TPOT target, while busy, ask for one replica more; latency tells
+  *that* more are needed, not how many. Two of its inputs are live rather than after the fact: the age
+  of the oldest request still waiting for its first token (queue wait: it grows from the first second of
+  an overload, long before the requests behind it finish) and the engine's own decode pace
+  (``EngineStats.recent_tpot_ms``: every running sequence's token gaps over the last seconds, not the
+  mean TPOT of requests that finished, which a 30 s stream reports only when it ends);
 * **ongoing**: with no engine report at all (replicas just started, or stats disabled), Serve's
   own ongoing-request count over ``fallback_target_ongoing_requests``.
 
@@ -45,7 +50,8 @@ class ReplicaLoad:
     max_running_requests: float = 0.0  # batch slots; 0 when the engine does not say
     kv_used_fraction: float = 0.0  # 0..1
     ttft_ms: float | None = None  # recent time to first token; None when no request started recently
-    tpot_ms: float | None = None  # recent time per output token; None when no request finished recently
+    tpot_ms: float | None = None  # the engine's recent decode pace (or finished requests' TPOT); None: no data
+    queue_wait_ms: float = 0.0  # age of the oldest request still waiting for its first token; 0: none waits
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,11 +111,19 @@ def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
+def _waited_ms(replica: ReplicaLoad) -> float | None:
+    """What the replica's requests wait for a first token: the recent TTFT, or longer when one waits now."""
+    if replica.ttft_ms is None and replica.queue_wait_ms <= 0:
+        return None
+    return max(replica.ttft_ms or 0.0, replica.queue_wait_ms)
+
+
 def _slo_missed(replicas: Sequence[ReplicaLoad], targets: ScalingTargets) -> bool:
-    """Whether the replicas' recent mean TTFT or TPOT is beyond its target less the headroom."""
+    """Whether the replicas' mean wait for a first token or decode pace is beyond its target less the headroom."""
     budget = 1.0 - targets.slo_headroom
+    waits = [w for w in map(_waited_ms, replicas) if w is not None]
     for target, values in (
-        (targets.ttft_target_ms, [r.ttft_ms for r in replicas if r.ttft_ms is not None]),
+        (targets.ttft_target_ms, waits),
         (targets.tpot_target_ms, [r.tpot_ms for r in replicas if r.tpot_ms is not None]),
     ):
         if target is not None and values and _mean(values) > target * budget:

@@ -37,14 +37,19 @@ MAX_RUNNING = "engine_max_running_requests"
 KV_USED = "engine_kv_used_fraction"
 TTFT_MS = "engine_recent_ttft_ms"
 TPOT_MS = "engine_recent_tpot_ms"
+QUEUE_WAIT_MS = "engine_queue_wait_ms"
 _LOAD_KEYS = (RUNNING, QUEUED, QUEUED_PROMPT_TOKENS, MAX_RUNNING, KV_USED)
 
 
 class RecentLatency:
-    """Mean TTFT and TPOT of the requests a replica served in the last ``window_s`` seconds.
+    """Mean TTFT and TPOT of the requests a replica served in the last ``window_s`` seconds, and how long
+    the oldest request still without a first token has waited.
 
     Old samples drop out, so a replica that went idle after a slow spell stops reporting the slowness
-    (which would otherwise hold the variant scaled up). Cheap: one deque append per request event.
+    (which would otherwise hold the variant scaled up). The waiting requests are what make the signal
+    early: TTFT is known only once a first token comes, while a request stuck in an overloaded queue
+    reports its wait on every sample. Cheap: one deque append per request event, one dict entry per
+    request until its first token.
     """
 
     def __init__(self, window_s: float = 10.0, clock=time.monotonic) -> None:
@@ -52,6 +57,20 @@ class RecentLatency:
         self._clock = clock
         self._ttft: deque[tuple[float, float]] = deque()
         self._tpot: deque[tuple[float, float]] = deque()
+        self._waiting: dict[str, float] = {}  # request id -> when the replica received it (insertion order)
+
+    def started(self, request_id: str) -> None:
+        """The replica received ``request_id``; it waits until its first token or its end."""
+        self._waiting[request_id] = self._clock()
+
+    def first_token(self, request_id: str) -> None:
+        """``request_id`` has its first token (or ended without one): it no longer waits."""
+        self._waiting.pop(request_id, None)
+
+    def oldest_wait_ms(self) -> float:
+        """Ms the oldest request still without a first token has waited; 0.0 when none waits."""
+        oldest = next(iter(self._waiting.values()), None)  # dicts keep insertion order: the first is the oldest
+        return 0.0 if oldest is None else max(0.0, self._clock() - oldest) * 1e3
 
     def observe(self, delta: Delta) -> None:
         """Takes a request's TTFT from its first delta that carries tokens and its TPOT from its last."""
@@ -77,8 +96,14 @@ class RecentLatency:
 
 
 def engine_metrics(stats: EngineStats, latency: RecentLatency) -> dict[str, float]:
-    """What ``record_autoscaling_stats`` returns: the engine's load and the replica's recent latency."""
-    ttft_ms, tpot_ms = latency.means_ms()
+    """What ``record_autoscaling_stats`` returns: the engine's load and the replica's recent latency.
+
+    TPOT is the engine's own decode pace (``recent_tpot_ms``: every running sequence's token gaps over
+    the last seconds) where the engine measures one, else the mean TPOT of the requests that finished
+    lately: the pace is live, while a long stream's TPOT arrives only at its end, too late to act on.
+    """
+    ttft_ms, finished_tpot_ms = latency.means_ms()
+    tpot_ms = stats.recent_tpot_ms or finished_tpot_ms
     return {
         RUNNING: float(stats.running_requests),
         QUEUED: float(stats.queued_requests),
@@ -87,6 +112,7 @@ def engine_metrics(stats: EngineStats, latency: RecentLatency) -> dict[str, floa
         KV_USED: stats.kv_used_fraction,
         TTFT_MS: ttft_ms or 0.0,
         TPOT_MS: tpot_ms or 0.0,
+        QUEUE_WAIT_MS: latency.oldest_wait_ms(),
     }
 
 
@@ -100,6 +126,7 @@ def replica_load(metrics: dict[str, float]) -> ReplicaLoad:
         kv_used_fraction=metrics[KV_USED],
         ttft_ms=metrics.get(TTFT_MS) or None,
         tpot_ms=metrics.get(TPOT_MS) or None,
+        queue_wait_ms=metrics.get(QUEUE_WAIT_MS, 0.0),
     )
 
 

@@ -44,10 +44,16 @@ class EngineDeployment:
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[Delta]:
         # aclosing: a cancelled or abandoned stream closes the engine's iterator, which aborts the request.
-        async with contextlib.aclosing(self.engine.generate(request)) as stream:
-            async for delta in stream:
-                self._latency.observe(delta)
-                yield delta
+        self._latency.started(request.request_id)  # queue wait, for the autoscaling policy, until a first token
+        try:
+            async with contextlib.aclosing(self.engine.generate(request)) as stream:
+                async for delta in stream:
+                    if delta.token_ids:
+                        self._latency.first_token(request.request_id)
+                    self._latency.observe(delta)
+                    yield delta
+        finally:
+            self._latency.first_token(request.request_id)
 
     def info(self) -> dict:
         return {

@@ -102,6 +102,9 @@ class _Recent:
     def means_ms(self) -> tuple[float | None, float | None]:
         return self._replica.recent.means_ms(self._now)
 
+    def oldest_wait_ms(self) -> float:
+        return self._replica.oldest_wait_ms(self._now)
+
 
 def replica_metrics(replica: SimReplica, now: float) -> dict[str, float]:
     """What the replica's ``record_autoscaling_stats`` would return now."""
@@ -113,6 +116,7 @@ def replica_metrics(replica: SimReplica, now: float) -> dict[str, float]:
         kv_blocks_total=replica.profile.kv_cache_tokens,
         context_length=replica.profile.context_length,
         max_running_requests=replica.profile.max_running_requests,
+        recent_tpot_ms=replica.pace.tpot_ms(now),
     )
     return engine_metrics(stats, cast(RecentLatency, _Recent(replica, now)))
 

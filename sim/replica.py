@@ -104,6 +104,11 @@ class SimReplica:
     def kv_used_fraction(self) -> float:
         return self.batch.kv_used / self.profile.kv_cache_tokens
 
+    def oldest_wait_ms(self, now: float) -> float:
+        """Ms the oldest request handed to this replica still without a first token has waited (0: none)."""
+        waiting = [r.dispatched_s for r in (*self.batch.waiting, *self.batch.prefilling) if r.dispatched_s is not None]
+        return max(0.0, now - min(waiting)) * 1e3 if waiting else 0.0
+
     @property
     def busy(self) -> bool:
         return self._seg_k > 0

@@ -149,6 +149,23 @@ def test_a_slow_but_idle_replica_does_not_scale_out():
     assert desired_replicas(ctx, SLO).replicas == 1
 
 
+def test_a_request_waiting_beyond_the_ttft_budget_is_a_miss_before_any_first_token():
+    # No request has had its first token yet (no TTFT), but the oldest has waited 700 ms > 450 ms.
+    ctx = context(replica(running_requests=16, queued_requests=2, ttft_ms=None, queue_wait_ms=700))
+
+    assert desired_replicas(ctx, SLO).signal == "slo"
+
+
+def test_the_longer_of_recent_ttft_and_current_wait_is_judged():
+    fine_then_stuck = context(replica(running_requests=12, ttft_ms=100, queue_wait_ms=600))
+    slow_then_drained = context(replica(running_requests=12, ttft_ms=600, queue_wait_ms=0))
+    fine = context(replica(running_requests=12, ttft_ms=100, queue_wait_ms=300))
+
+    assert "slo" in demand_by_signal(fine_then_stuck, SLO)
+    assert "slo" in demand_by_signal(slow_then_drained, SLO)
+    assert "slo" not in demand_by_signal(fine, SLO)
+
+
 def test_unreported_latency_is_no_signal():
     ctx = context(replica(running_requests=12, ttft_ms=None, tpot_ms=None))
 

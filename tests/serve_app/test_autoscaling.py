@@ -148,6 +148,36 @@ def test_recent_latency_takes_ttft_from_the_first_delta_and_tpot_from_the_last_a
     assert latency.means_ms() == (None, None)
 
 
+def test_tpot_is_the_engines_live_decode_pace_when_it_reports_one():
+    latency = RecentLatency()
+    started = time.time() - 2.0
+    latency.observe(Delta("a", [1], "length", completion_tokens=11, first_token_time=started, arrival_time=started))
+
+    live = replica_load(engine_metrics(EngineStats(running_requests=4, recent_tpot_ms=42.0), latency))
+    # No pace measured (nothing decoded in the engine's window): the finished requests' TPOT (~200 ms).
+    finished = replica_load(engine_metrics(EngineStats(), latency))
+
+    assert live.tpot_ms == 42.0
+    assert finished.tpot_ms == pytest.approx(200.0, rel=0.2)
+
+
+def test_queue_wait_is_the_oldest_request_still_without_a_first_token():
+    clock = _Clock()
+    latency = RecentLatency(clock=clock)
+    latency.started("a")
+    clock.now += 0.3
+    latency.started("b")
+    clock.now += 0.2
+
+    assert latency.oldest_wait_ms() == pytest.approx(500.0)
+    latency.first_token("a")
+    assert latency.oldest_wait_ms() == pytest.approx(200.0)
+    assert replica_load(engine_metrics(EngineStats(), latency)).queue_wait_ms == pytest.approx(200.0)
+    latency.first_token("b")
+    latency.first_token("b")  # a stream's end after its first token: nothing to forget twice
+    assert latency.oldest_wait_ms() == 0.0
+
+
 # --- draining: no accepted stream is cut on scale-down --------------------------------------------
 
 
