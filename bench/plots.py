@@ -7,7 +7,7 @@ no global backend or figure state, so plotting is safe in tests and in threads.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -112,3 +112,44 @@ def write_plots(
         "Latency over time": latency_over_time(records, out / "latency_over_time.png"),
         "Load and replicas over time": load_over_time(records, out / "load_over_time.png", replicas, bin_s),
     }
+
+
+def spike_plot(
+    records_by_mode: Mapping[str, Sequence[RequestRecord]],
+    replicas_by_mode: Mapping[str, Sequence[ReplicaSample]],
+    variants: Sequence[str],
+    path: str | Path,
+    bin_s: float = 2.0,
+) -> Path:
+    """The spike bench's comparison: offered load on top, then one panel per variant with its ready replicas
+    over time under each scaling mode, and the requests each mode's run answered within the SLO."""
+    fig = Figure(figsize=(9, 2.6 * (len(variants) + 1)), layout="constrained")
+    axes = fig.subplots(len(variants) + 1, 1, sharex=True, squeeze=False)[:, 0]
+    first = next(iter(records_by_mode.values()), [])
+    starts, rate = offered_load(first, bin_s)
+    axes[0].bar(starts, rate, width=bin_s, align="edge", alpha=0.35, color="gray", label="offered")
+    for mode, records in records_by_mode.items():
+        met = [r for r in records if r.slo_met]
+        if met:
+            edges = np.append(starts, starts[-1] + bin_s) if len(starts) else np.array([0.0, bin_s])
+            counts, _ = np.histogram([r.start_s for r in met], bins=edges)
+            axes[0].step(edges[:-1], counts / bin_s, where="post", label=f"met SLO: {mode}")
+    axes[0].set_ylabel(f"req/s ({bin_s:g} s bins)")
+    axes[0].set_title("Offered load, and replicas per variant under each scaling mode")
+    axes[0].legend(loc="upper right", fontsize=8)
+    axes[0].grid(alpha=0.3)
+    for ax, variant in zip(axes[1:], variants, strict=True):
+        top = 1
+        for mode, samples in replicas_by_mode.items():
+            points = sorted((s.t_s, s.replicas) for s in samples if s.variant == variant)
+            if points:
+                ax.step([t for t, _ in points], [n for _, n in points], where="post", label=mode)
+                top = max(top, max(n for _, n in points))
+        ax.set_ylim(0, top + 1)  # from 0: a zoomed axis exaggerates every change
+        ax.set_ylabel(f"{variant}\nready replicas")
+        ax.yaxis.get_major_locator().set_params(integer=True)
+        ax.legend(loc="upper right", fontsize=8)
+        ax.grid(alpha=0.3)
+    axes[-1].set_xlabel("time (s from start)")
+    fig.savefig(path, dpi=100)
+    return Path(path)

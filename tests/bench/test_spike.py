@@ -1,4 +1,4 @@
-"""The spike bench's pure parts: replica-seconds, the per-policy report, and the app it deploys."""
+"""The spike bench's pure parts: the fleet it deploys, replica-seconds, the per-mode report, start-up times."""
 
 from __future__ import annotations
 
@@ -6,15 +6,21 @@ import pytest
 
 from bench.records import RequestRecord
 from bench.replicas import ReplicaSample
-from bench.spike import QUICK, VARIANT, app_args, policy_report, replica_seconds, stream_cut
+from bench.spike import StartingSample, mean_startup_s
+from bench.spike_fleet import FLEET, MODES, SHAPES, app_args
+from bench.spike_report import mode_report, replica_seconds, sim_gap, stream_cut
 from serve_app.config import load_app_config
 
-
-def _sample(t: float, n: int) -> ReplicaSample:
-    return ReplicaSample(t_s=t, variant=VARIANT, replicas=n)
+SMALL, BIG = (v.name for v in FLEET.variants)
 
 
-def _record(start_s: float, *, status: int = 200, error: str | None = None, slo_met: bool = True) -> RequestRecord:
+def _sample(t: float, n: int, variant: str = SMALL) -> ReplicaSample:
+    return ReplicaSample(t_s=t, variant=variant, replicas=n)
+
+
+def _record(
+    start_s: float, *, status: int = 200, error: str | None = None, slo_met: bool = True, variant: str = SMALL
+) -> RequestRecord:
     return RequestRecord(
         request_id="r",
         index=0,
@@ -26,6 +32,8 @@ def _record(start_s: float, *, status: int = 200, error: str | None = None, slo_
         status=status,
         error_type=error,
         slo_met=slo_met,
+        variant=variant if status == 200 else None,
+        ttft_s=0.1 if status == 200 else None,
     )
 
 
@@ -44,43 +52,64 @@ def test_a_stream_is_cut_only_when_it_was_accepted_and_failed():
     assert not stream_cut(_record(0, status=429, error="rate_limit_error"))
 
 
-def test_the_report_splits_attainment_by_phase_and_counts_rejections_and_cuts():
-    # Spike from 10 s to 40 s, trace ends at 60 s, at most 3 replicas.
-    update = {"spike_start_s": 10.0, "spike_duration_s": 30.0, "after_s": 20.0, "max_replicas": 3}
-    shape = QUICK.model_copy(update=update)
+def test_the_report_scores_the_peak_windows_counts_rejections_cuts_and_spill_and_weighs_gpus():
     records = [
         _record(5.0),
         _record(15.0, slo_met=False),
         _record(20.0, status=429, error="rate_limit_error", slo_met=False),
-        _record(25.0),
+        _record(25.0, variant=BIG),
         _record(45.0, error="internal_error", slo_met=False),
         _record(50.0),
     ]
-    samples = [_sample(0.0, 1), _sample(20.0, 3), _sample(45.0, 2), _sample(52.0, 1)]
+    samples = [_sample(0.0, 1), _sample(20.0, 3), _sample(45.0, 1), _sample(0.0, 1, BIG)]
 
-    report = policy_report("engine_load", records, samples, shape)
+    report = mode_report("engine_load", "serve", records, samples, FLEET, [(10.0, 40.0)], 60.0)
 
-    assert report.phases["before"].slo_attainment == 1.0
-    assert report.phases["during"].slo_attainment == pytest.approx(1 / 3)
-    assert report.phases["after"].slo_attainment == 0.5
+    assert report.during.slo_attainment == pytest.approx(1 / 3)  # 15 s missed, 20 s rejected, 25 s met
+    assert report.outside.slo_attainment == pytest.approx(2 / 3)
     assert (report.rejected, report.streams_cut, report.other_failures) == (1, 1, 0)
-    assert (report.peak_replicas, report.replicas_at_end) == (3, 1)
-    assert report.scaled_down_after_s == pytest.approx(12.0)
-    assert report.replica_seconds == pytest.approx(20 * 1 + 25 * 3 + 7 * 2 + 8 * 1)
-    assert report.fixed_fleet_replica_seconds == 3 * 60
+    assert report.variants[SMALL].peak_replicas == 3 and report.variants[SMALL].served_during == 1
+    assert report.variants[BIG].served_during == 1  # the spill-over
+    small = 20 * 1 + 25 * 3 + 15 * 1
+    assert report.variants[SMALL].replica_seconds == pytest.approx(small)
+    assert report.gpu_seconds == pytest.approx(small + 60 * 4)  # the 70B replica holds 4 GPUs
+    fixed = sum(v.max_replicas for v in FLEET.variants) * 60.0
+    assert report.replica_ratio == pytest.approx((small + 60) / fixed)
 
 
-@pytest.mark.parametrize("policy", ["engine_load", "ongoing_requests"])
-def test_the_benched_app_is_a_valid_config(policy):
-    variant = load_app_config(app_args(policy, QUICK)).variants[0]
+def test_the_simulated_gap_is_in_points():
+    real = mode_report("engine_load", "serve", [_record(15.0), _record(16.0, slo_met=False)], [], FLEET, [(10, 40)], 60)
+    sim = mode_report("engine_load", "sim", [_record(15.0), _record(16.0)], [], FLEET, [(10, 40)], 60)
 
-    assert variant.autoscaling is not None and variant.autoscaling.policy == policy
-    assert variant.autoscaling.max_replicas == QUICK.max_replicas
+    assert sim_gap(real, sim)["attainment_during_points"] == pytest.approx(50.0)
 
 
-def test_an_emulated_preset_is_benched_with_the_shapes_batch_slots_and_a_scaled_cold_start():
-    engine = load_app_config(app_args("engine_load", QUICK, "emulated:h200-llama-3.1-8b-int4", 0.1)).variants[0].engine
+@pytest.mark.parametrize("mode", MODES)
+def test_every_mode_deploys_a_valid_app_of_the_whole_fleet(mode):
+    config = load_app_config(app_args(FLEET, mode))
 
-    assert engine.backend == "emulated"
-    assert engine.engine_profile().max_running_requests == QUICK.max_running_requests  # type: ignore[union-attr]
-    assert engine.startup_time_scale == 0.1  # type: ignore[union-attr]
+    assert [v.name for v in config.variants] == [SMALL, BIG]
+    for variant, spec in zip(config.variants, FLEET.variants, strict=True):
+        engine = variant.engine
+        assert engine.backend == "emulated"
+        assert engine.engine_profile().max_running_requests == spec.max_running_requests  # type: ignore[union-attr]
+        assert engine.startup_time_scale == FLEET.startup_time_scale  # type: ignore[union-attr]
+        if mode == "fixed":
+            assert variant.autoscaling is None and variant.num_replicas == spec.max_replicas
+        else:
+            assert variant.autoscaling is not None and variant.autoscaling.policy == mode
+            assert variant.autoscaling.ttft_target_ms == FLEET.slo_ttft_ms
+
+
+def test_every_shape_has_peak_windows_inside_its_trace():
+    for shape in SHAPES.values():
+        assert shape.peak_windows() and all(0 <= a < b for a, b in shape.peak_windows())
+
+
+def test_the_mean_start_up_is_the_starting_replicas_integrated_over_the_replicas_that_started():
+    ready = [_sample(0.0, 1), _sample(10.0, 3), _sample(20.0, 4)]
+    # Two replicas starting from 4 s to 10 s, one from 14 s to 20 s: 2 x 6 + 6 = 18 replica-seconds, 3 started.
+    starting = [StartingSample(t, SMALL, n) for t, n in [(0.0, 0), (4.0, 2), (10.0, 0), (14.0, 1), (20.0, 0)]]
+
+    assert mean_startup_s(ready, starting, SMALL) == pytest.approx(6.0)
+    assert mean_startup_s(ready, starting, BIG) is None

@@ -1,0 +1,242 @@
+"""The fleet and the traffic of ``bench spike``: emulated variants, their scaling, the shapes, and the app.
+
+One :class:`SpikeFleet` describes the variants (an emulated engine preset each, its batch slots, its replica
+bounds and scaling delays), the requests (lengths, SLO) and the router; the bench deploys it through real
+Serve (:func:`app_args`) and the simulator runs the very same description (``sim.spike``), so that the two
+can be set side by side. Three modes of the same fleet are compared on the same trace:
+
+* ``engine_load``: our policy (``router.autoscaling`` through ``serve_app.autoscaling``);
+* ``ongoing_requests``: Serve's default policy (ongoing requests per replica against a target);
+* ``fixed``: no autoscaler, every variant at ``max_replicas`` for the whole run: the fleet sized for the peak.
+
+Time is compressed: the presets' cold starts are scaled by ``startup_time_scale`` and the traces last
+minutes, not hours, so that a run fits a few minutes on two cores. What is compared (how long a new replica
+takes against how fast the load rises) keeps its proportions: a 60 s cold start against a 10-minute spike
+becomes 6 s against 60 s at scale 0.1.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from bench.arrivals import (
+    BurstTrainArrivals,
+    RampArrivals,
+    SpikeArrivals,
+    SpikeShape,
+    TraceArrivals,
+    WaveArrivals,
+)
+from bench.workload import FixedLength, WorkloadConfig
+from engines.presets import PRESETS
+from engines.profile import EngineProfile
+from sim.seed import router_seed
+
+Mode = Literal["engine_load", "ongoing_requests", "fixed"]
+MODES: tuple[Mode, ...] = ("engine_load", "ongoing_requests", "fixed")
+MODEL = "spike-llama"
+
+
+class FleetVariant(BaseModel):
+    """One emulated variant of the fleet and how it scales."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    preset: str = Field(description="An emulated engine preset (engines/presets.py): its timing and start-up time.")
+    max_running_requests: int = Field(
+        ge=1,
+        description="Batch slots per replica (the preset's max_batch_size, lowered so that the load two cores can "
+        "drive needs several replicas).",
+    )
+    min_replicas: int = Field(ge=0)
+    max_replicas: int = Field(ge=1, description="Also the size of the fixed fleet sized for the peak.")
+    quality: float = Field(gt=0, le=1)
+    cost_per_1k_tokens: float = Field(ge=0)
+    max_ongoing_requests: int = Field(ge=1, description="Serve's per-replica cap on accepted requests.")
+    upscale_delay_s: float = Field(ge=0)
+    downscale_delay_s: float = Field(ge=0)
+    target_ongoing_requests: float = Field(
+        gt=0,
+        description="Serve's default policy: set to the per-replica load ours aims for (slots x utilization), so "
+        "that the two differ in their signals, not their targets.",
+    )
+
+    @model_validator(mode="after")
+    def _bounds(self) -> FleetVariant:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(f"{self.name}: min_replicas {self.min_replicas} > max_replicas {self.max_replicas}")
+        if self.preset not in PRESETS:
+            raise ValueError(f"{self.name}: unknown preset {self.preset!r}")
+        return self
+
+    def profile(self, startup_time_scale: float, extra_startup_s: float = 0.0) -> EngineProfile:
+        """The engine's profile as the emulated engine runs it (slots lowered, cold start scaled)."""
+        preset = PRESETS[self.preset]
+        return preset.model_copy(
+            update={
+                "max_running_requests": self.max_running_requests,
+                "startup_s": preset.startup_s * startup_time_scale + extra_startup_s,
+            }
+        )
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return PRESETS[self.preset].gpus_per_replica
+
+
+class SpikeFleet(BaseModel):
+    """Everything a spike run deploys and sends, except the trace's shape."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    variants: list[FleetVariant] = Field(min_length=1)
+    startup_time_scale: float = Field(gt=0, description="The presets' cold starts x this (time compression).")
+    input_tokens: int = Field(ge=1)
+    output_tokens: int = Field(ge=1)
+    slo_ttft_ms: float = Field(gt=0)
+    slo_tpot_ms: float = Field(gt=0)
+    target_batch_utilization: float = Field(gt=0, le=1, description="Our policy: share of batch slots to fill.")
+    look_back_period_s: float = Field(gt=0, description="Serve averages replica figures over this window.")
+    metrics_interval_s: float = Field(gt=0, description="How often replicas push figures to Serve's controller.")
+    objective: Literal["cost", "quality"] = Field(
+        "cost",
+        description="The router's choice among variants that meet the SLO: 'cost' sends the load to the cheap "
+        "variant and spills to another only while the cheap one cannot meet the SLO (the spill-over under test).",
+    )
+    replica_num_cpus: float = Field(0.05, gt=0, description="Logical CPUs per engine replica (Ray placement only).")
+
+    def autoscaling(self, variant: FleetVariant, policy: str) -> dict[str, Any]:
+        """The variant's ``autoscaling:`` section under ``policy`` (AutoscalingSpec's fields)."""
+        return {
+            "policy": policy,
+            "min_replicas": variant.min_replicas,
+            "max_replicas": variant.max_replicas,
+            "target_ongoing_requests": variant.target_ongoing_requests,
+            "upscale_delay_s": variant.upscale_delay_s,
+            "downscale_delay_s": variant.downscale_delay_s,
+            "look_back_period_s": self.look_back_period_s,
+            "metrics_interval_s": self.metrics_interval_s,
+            "target_batch_utilization": self.target_batch_utilization,
+            "ttft_target_ms": self.slo_ttft_ms,
+            "tpot_target_ms": self.slo_tpot_ms,
+        }
+
+    def router(self) -> dict[str, Any]:
+        return {"policy": "slo", "objective": self.objective}
+
+
+def workload(fleet: SpikeFleet, seed: int) -> WorkloadConfig:
+    """The requests of a spike run (fixed lengths, one SLO); the simulator draws the same ones."""
+    return WorkloadConfig(
+        input_len=FixedLength(value=fleet.input_tokens),
+        output_len=FixedLength(value=fleet.output_tokens),
+        slo_ttft_ms=fleet.slo_ttft_ms,
+        slo_tpot_ms=fleet.slo_tpot_ms,
+        seed=seed,
+    )
+
+
+def variant_args(fleet: SpikeFleet, variant: FleetVariant, mode: Mode) -> dict[str, Any]:
+    """One variant of the app (VariantConfig's fields) under ``mode``."""
+    args: dict[str, Any] = {
+        "name": variant.name,
+        "engine": {
+            "backend": "emulated",
+            "preset": variant.preset,
+            "profile": {"max_running_requests": variant.max_running_requests},
+            "tokenizer": "builtin:tiny",
+            "startup_time_scale": fleet.startup_time_scale,
+        },
+        "resources": {"num_cpus": fleet.replica_num_cpus},
+        "max_ongoing_requests": variant.max_ongoing_requests,
+        "quality": variant.quality,
+        "cost_per_1k_tokens": variant.cost_per_1k_tokens,
+        # The router starts from the engine's own speed, as the simulator's router does (sim.seed).
+        "latency_profile": router_seed(variant.profile(fleet.startup_time_scale), fleet.output_tokens).model_dump(),
+    }
+    if mode == "fixed":
+        args["num_replicas"] = variant.max_replicas
+    else:
+        args["autoscaling"] = fleet.autoscaling(variant, mode)
+    return args
+
+
+def app_args(fleet: SpikeFleet, mode: Mode) -> dict[str, Any]:
+    """The served app (AppConfig's fields): every variant of the fleet under ``mode``."""
+    return {
+        "model_name": MODEL,
+        "tokenizer": "builtin:tiny",
+        "default_variant": fleet.variants[0].name,
+        "variants": [variant_args(fleet, v, mode) for v in fleet.variants],
+        "router": fleet.router(),
+        "ingress": {"num_replicas": 1, "num_cpus": 0.25, "max_ongoing_requests": 4096},
+    }
+
+
+# ------------------------------------------------------------------------------------- the built-in fleet
+
+# An emulated 8B INT4 (1 GPU) + 70B FP8 TP4 (4 GPUs) fleet, as configs/emulated-h200.yaml, with 4 and 8 batch
+# slots so that ~15 req/s of 512-token answers (what two cores can stream through the stack) needs 8 replicas
+# of the 8B at its peak. The 8B is the cheap default; the 70B, kept at one replica, is where requests spill
+# while the 8B scales. Cold starts are the presets' (60 s and 180 s) x 0.1.
+FLEET = SpikeFleet(
+    variants=[
+        FleetVariant(
+            name="llama-8b-int4",
+            preset="h200-llama-3.1-8b-int4",
+            max_running_requests=4,
+            min_replicas=1,
+            max_replicas=8,
+            quality=0.6,
+            cost_per_1k_tokens=0.02,
+            max_ongoing_requests=16,
+            upscale_delay_s=1.0,
+            downscale_delay_s=15.0,
+            target_ongoing_requests=3.0,
+        ),
+        FleetVariant(
+            name="llama-70b-fp8",
+            preset="h200-llama-3.1-70b-fp8-tp4",
+            max_running_requests=8,
+            min_replicas=1,
+            max_replicas=2,
+            quality=0.9,
+            cost_per_1k_tokens=0.15,
+            max_ongoing_requests=24,
+            upscale_delay_s=1.0,
+            downscale_delay_s=15.0,
+            target_ongoing_requests=6.0,
+        ),
+    ],
+    startup_time_scale=0.1,
+    input_tokens=256,
+    output_tokens=512,
+    slo_ttft_ms=2000.0,
+    slo_tpot_ms=50.0,
+    target_batch_utilization=0.75,
+    look_back_period_s=2.0,
+    metrics_interval_s=0.5,
+)
+
+PEAK_RATE = 14.0  # req/s at the top of every shape; a tenth of it at the bottom
+
+SHAPES: dict[str, SpikeShape] = {
+    # 10x for 60 s after 20 s at the base rate, then 70 s back at the base (room for the scale-down).
+    "step": SpikeArrivals(base_rate=PEAK_RATE / 10, spike_rate=PEAK_RATE, start_s=20.0, duration_s=60.0),
+    "ramp": RampArrivals(base_rate=PEAK_RATE / 10, peak_rate=PEAK_RATE, start_s=20.0, ramp_s=30.0, hold_s=30.0),
+    # One day in 150 s: a narrow crest (sharpness 2: above half of the swing for 33% of the period).
+    "diurnal": WaveArrivals(low_rate=PEAK_RATE / 10, high_rate=PEAK_RATE, period_s=150.0, sharpness=2.0),
+    "bursts": BurstTrainArrivals(
+        base_rate=PEAK_RATE / 10, burst_rate=PEAK_RATE, start_s=20.0, burst_s=15.0, gap_s=20.0, count=3
+    ),
+    "trace": TraceArrivals(
+        wave=WaveArrivals(low_rate=PEAK_RATE / 10, high_rate=PEAK_RATE * 0.8, period_s=150.0, sharpness=2.0),
+        gamma_shape=0.5,
+    ),
+}
+
+# How long each shape's trace runs (its last rate holds until then).
+DURATIONS_S: dict[str, float] = {"step": 150.0, "ramp": 150.0, "diurnal": 150.0, "bursts": 150.0, "trace": 150.0}

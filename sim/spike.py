@@ -1,0 +1,61 @@
+"""The spike bench's scenario in virtual time: the same fleet, trace, router and scaling code as ``bench spike``.
+
+``bench spike`` deploys a :class:`~bench.spike_fleet.SpikeFleet` through real Serve; :func:`simulate_spike`
+runs the same description here (the emulated engine's profile, the production router and autoscaling policy,
+Serve's delays mirrored by :mod:`sim.autoscaler`), on the same seeded requests, and returns what the bench's
+client and replica poller would have recorded, so that one report function scores both.
+
+What the simulator cannot know is how long Serve takes to start a replica process on a given machine beyond
+the engine's own cold start (a Ray worker, imports, the engine's start): ``extra_startup_s`` adds it, and the
+bench passes what it measured.
+"""
+
+from __future__ import annotations
+
+from bench.arrivals import SpikeShape
+from bench.records import RequestRecord
+from bench.replicas import ReplicaSample
+from bench.spike_fleet import Mode, SpikeFleet, workload
+from router import RouterConfig
+from serve_app.config import AutoscalingSpec
+from sim.seed import router_seed
+from sim.simulator import Simulation, SimVariant
+from sim.workload import Stream, sim_requests
+
+
+def sim_variants(fleet: SpikeFleet, mode: Mode, extra_startup_s: float = 0.0) -> list[SimVariant]:
+    """The fleet's variants as the simulation runs them under ``mode``."""
+    out = []
+    for v in fleet.variants:
+        profile = v.profile(fleet.startup_time_scale, extra_startup_s)
+        spec = None if mode == "fixed" else AutoscalingSpec.model_validate(fleet.autoscaling(v, mode))
+        out.append(
+            SimVariant(
+                name=v.name,
+                profile=profile,
+                quality=v.quality,
+                cost_per_1k_tokens=v.cost_per_1k_tokens,
+                max_ongoing_requests=v.max_ongoing_requests,
+                num_replicas=v.max_replicas if spec is None else v.min_replicas,
+                autoscaling=spec,
+                latency_profile=router_seed(profile, fleet.output_tokens),
+            )
+        )
+    return out
+
+
+def simulate_spike(
+    fleet: SpikeFleet,
+    shape: SpikeShape,
+    duration_s: float,
+    mode: Mode,
+    *,
+    seed: int = 0,
+    extra_startup_s: float = 0.0,
+) -> tuple[list[RequestRecord], list[ReplicaSample]]:
+    """One mode's run of the trace: the records and replica samples the bench would have gathered."""
+    router = RouterConfig.model_validate(fleet.router())
+    sim = Simulation(sim_variants(fleet, mode, extra_startup_s), router, seed=seed, tick_s=0.1)
+    stream = Stream(name="spike", arrivals=shape, workload=workload(fleet, seed))
+    result = sim.run(sim_requests([stream], duration_s, router), horizon_s=duration_s)
+    return sorted(result.records, key=lambda r: r.index), result.replica_samples
