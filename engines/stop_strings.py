@@ -32,9 +32,9 @@ class StopStringMatcher:
 
     def __init__(self, stops: Sequence[str]) -> None:
         self._stops = validate_stops(stops)
-        # Every proper prefix of a stop string: a held-back tail must be one of these.
-        self._prefixes = {stop[:n] for stop in self._stops for n in range(1, len(stop))}
-        self._longest_prefix = max((len(p) for p in self._prefixes), default=0)
+        # A held-back tail is a proper prefix of a stop string. Not a set of every prefix: that is quadratic in a
+        # stop's length (a client's 1 MB stop string would be ~500 GB of prefixes).
+        self._longest_prefix = max((len(stop) - 1 for stop in self._stops), default=0)
         self._held = ""
         self._stopped = False
 
@@ -64,6 +64,7 @@ class StopStringMatcher:
 
     def _held_tail_length(self, buffer: str) -> int:
         for n in range(min(len(buffer), self._longest_prefix), 0, -1):
-            if buffer[-n:] in self._prefixes:
+            tail = buffer[-n:]
+            if any(len(stop) > n and stop.startswith(tail) for stop in self._stops):
                 return n
         return 0

@@ -28,8 +28,6 @@ from types import ModuleType
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.openapi.utils import get_openapi
-from pydantic import BaseModel
 from ray import serve
 from ray.exceptions import ActorUnavailableError, RayActorError, RayTaskError
 from ray.serve.grpc_util import RayServegRPCContext
@@ -49,6 +47,7 @@ from engines.errors import (
 )
 from engines.protocol import Delta, GenerationRequest
 from router import Decision, Prediction, Reason, RequestFeatures, features_from_headers
+from serve_app import openapi_doc
 from serve_app.auth import KeyStore, Principal
 from serve_app.config import AppConfig
 from serve_app.errors import PayloadTooLargeError, describe, error_body, error_response
@@ -63,27 +62,11 @@ logger = logging.getLogger("ray.serve")
 
 app = FastAPI(title="variant-serve", docs_url=None, redoc_url=None)
 
-# The generation routes read and validate their bodies themselves (to answer in OpenAI's error shape), so FastAPI
-# cannot see them: /openapi.json gets their request schemas added here, for clients and schema-driven fuzzers.
-_REQUEST_BODIES: dict[str, type[BaseModel]] = {
-    "/v1/completions": CompletionRequest,
-    "/v1/chat/completions": ChatCompletionRequest,
-}
-
 
 def _openapi() -> dict[str, Any]:
+    # The generation routes validate their own bodies, so FastAPI cannot see them: openapi_doc.py describes them.
     if app.openapi_schema is None:
-        schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
-        components = schema.setdefault("components", {}).setdefault("schemas", {})
-        for path, model in _REQUEST_BODIES.items():
-            body = model.model_json_schema(ref_template="#/components/schemas/{model}")
-            components.update(body.pop("$defs", {}))
-            components[model.__name__] = body
-            schema["paths"][path]["post"]["requestBody"] = {
-                "required": True,
-                "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{model.__name__}"}}},
-            }
-        app.openapi_schema = schema
+        app.openapi_schema = openapi_doc.build(app)
     return app.openapi_schema
 
 

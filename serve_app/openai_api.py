@@ -141,6 +141,26 @@ UNSUPPORTED_CHAT: dict[str, tuple[Any, ...]] = {
 }
 
 
+# Fields accepted and ignored because they change nothing a client gets back from these engines (billing, storage
+# and caching hints; reasoning and verbosity knobs of models that have none here; parallel_tool_calls only means
+# something with tools, which are refused). Listed so that every field of OpenAI's request bodies is accounted for
+# (tests/serve_app/test_openapi_doc.py) and described in /openapi.json.
+IGNORED_COMPLETION: tuple[str, ...] = ("user",)
+IGNORED_CHAT: tuple[str, ...] = (
+    "metadata",
+    "parallel_tool_calls",
+    "prompt_cache_key",
+    "prompt_cache_options",
+    "prompt_cache_retention",
+    "reasoning_effort",
+    "safety_identifier",
+    "service_tier",
+    "store",
+    "user",
+    "verbosity",
+)
+
+
 def refuse_unsupported(body: dict[str, Any], unsupported: dict[str, tuple[Any, ...]]) -> None:
     """Raises ``InvalidRequestError`` for the first field of ``unsupported`` set to a value that asks for something."""
     for name, neutral in unsupported.items():
@@ -156,6 +176,7 @@ class CompletionRequest(_SamplingFields):
     """POST /v1/completions. ``prompt`` is text or a list of token ids (one prompt per request)."""
 
     unsupported: ClassVar[dict[str, tuple[Any, ...]]] = UNSUPPORTED_COMPLETION
+    ignored: ClassVar[tuple[str, ...]] = IGNORED_COMPLETION
 
     prompt: str | list[int] | list[str] | list[list[int]]
 
@@ -201,6 +222,7 @@ class ChatCompletionRequest(_SamplingFields):
     """POST /v1/chat/completions."""
 
     unsupported: ClassVar[dict[str, tuple[Any, ...]]] = UNSUPPORTED_CHAT
+    ignored: ClassVar[tuple[str, ...]] = IGNORED_CHAT
 
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = None

@@ -71,3 +71,12 @@ def test_invalid_stops_name_the_field(stops):
     with pytest.raises(InvalidRequestError) as info:
         StopStringMatcher(stops)
     assert info.value.param == "stop"
+
+
+def test_a_megabyte_stop_string_costs_no_more_than_its_length():
+    # The matcher once built every prefix of every stop string: quadratic, so a client's 1 MB stop hung the engine.
+    stop = "s" * 1_000_000
+    matcher = StopStringMatcher([stop])
+    assert matcher.feed("hello ") == ("hello ", False)
+    assert matcher.feed("sss") == ("", False)  # could be the stop's start: held back
+    assert matcher.flush() == "sss"
