@@ -12,8 +12,10 @@ much prefill as many short ones, and a replica can run out of KV cache with batc
 So each signal below estimates the fleet size at which that resource sits at its target, and the
 largest wins:
 
-* **slots**: sequences running or waiting (in engines and at Serve's handles) over the batch slots
-  one replica should keep busy (``max_running_requests x target_batch_utilization``);
+* **slots**: sequences running or waiting (in engines and at Serve's handles), plus the requests the
+  router redirected away from this variant that would still be running here (``router.redirect``:
+  spilled to another variant or shed while this one was full), over the batch slots one replica
+  should keep busy (``max_running_requests x target_batch_utilization``);
 * **prefill**: prompt tokens waiting for prefill over what one replica may have queued;
 * **kv**: the KV cache in use over the share of it one replica should fill;
 * **slo**: replicas whose requests wait, or recently waited, beyond the TTFT target (less headroom), or
@@ -65,6 +67,9 @@ class ScalingContext:
     replicas: Sequence[ReplicaLoad] = ()  # the running replicas that reported engine load
     handle_queued_requests: float = 0.0  # waiting at Serve handles, not yet sent to any replica
     ongoing_requests: float = 0.0  # Serve's own count: running at replicas + queued at handles
+    # Requests that preferred this variant but were spilled or shed, counted as if running here (router.redirect):
+    # the demand the router hid from this variant's own engines while it was full.
+    redirected_requests: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +148,7 @@ def demand_by_signal(ctx: ScalingContext, targets: ScalingTargets) -> dict[str, 
     slots = _mean([r.max_running_requests for r in reports if r.max_running_requests > 0])
     engine_sequences = sum(r.running_requests + r.queued_requests for r in reports)
     # Serve's count and the engines' reports arrive on different schedules: take whichever sees more.
-    sequences = max(engine_sequences + ctx.handle_queued_requests, ctx.ongoing_requests)
+    sequences = max(engine_sequences + ctx.handle_queued_requests, ctx.ongoing_requests) + ctx.redirected_requests
     if slots > 0:
         asks["slots"] = sequences / (slots * targets.target_batch_utilization)
         asks.pop("ongoing", None)  # the slot count is the same demand, measured better
@@ -151,7 +156,11 @@ def demand_by_signal(ctx: ScalingContext, targets: ScalingTargets) -> dict[str, 
     asks["kv"] = sum(r.kv_used_fraction for r in reports) / targets.target_kv_fraction
     # More replicas only cure a latency miss that comes from sharing a replica: an idle replica that is
     # too slow for the SLO stays too slow, and scaling out for it would pin the variant at max_replicas.
-    busy = sequences > 0.5 * ctx.current_replicas * max(slots, 1.0) or ctx.handle_queued_requests > 0
+    busy = (
+        sequences > 0.5 * ctx.current_replicas * max(slots, 1.0)
+        or ctx.handle_queued_requests > 0
+        or ctx.redirected_requests > 0
+    )
     if busy and _slo_missed(reports, targets):
         asks["slo"] = ctx.current_replicas + 1.0
     return asks

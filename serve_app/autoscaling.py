@@ -38,6 +38,8 @@ KV_USED = "engine_kv_used_fraction"
 TTFT_MS = "engine_recent_ttft_ms"
 TPOT_MS = "engine_recent_tpot_ms"
 QUEUE_WAIT_MS = "engine_queue_wait_ms"
+# The same figure on every replica of a variant (the stats board's sum over ingresses): read once, not summed.
+REDIRECTED = "variant_redirected_requests"
 _LOAD_KEYS = (RUNNING, QUEUED, QUEUED_PROMPT_TOKENS, MAX_RUNNING, KV_USED)
 
 
@@ -95,12 +97,14 @@ class RecentLatency:
         return out[0], out[1]
 
 
-def engine_metrics(stats: EngineStats, latency: RecentLatency) -> dict[str, float]:
+def engine_metrics(stats: EngineStats, latency: RecentLatency, redirected: float = 0.0) -> dict[str, float]:
     """What ``record_autoscaling_stats`` returns: the engine's load and the replica's recent latency.
 
     TPOT is the engine's own decode pace (``recent_tpot_ms``: every running sequence's token gaps over
     the last seconds) where the engine measures one, else the mean TPOT of the requests that finished
     lately: the pace is live, while a long stream's TPOT arrives only at its end, too late to act on.
+    ``redirected``: the requests the ingresses redirected away from this variant (``router.redirect``), as the
+    stats board last told this replica.
     """
     ttft_ms, finished_tpot_ms = latency.means_ms()
     tpot_ms = stats.recent_tpot_ms or finished_tpot_ms
@@ -113,6 +117,7 @@ def engine_metrics(stats: EngineStats, latency: RecentLatency) -> dict[str, floa
         TTFT_MS: ttft_ms or 0.0,
         TPOT_MS: tpot_ms or 0.0,
         QUEUE_WAIT_MS: latency.oldest_wait_ms(),
+        REDIRECTED: float(redirected),
     }
 
 
@@ -138,10 +143,12 @@ def scaling_context(ctx: Any) -> ScalingContext:
     """
     aggregated = ctx.aggregated_metrics or {}
     loads = []
+    redirected = 0.0
     for replica_id in ctx.running_replicas:
         metrics = {name: values[replica_id] for name, values in aggregated.items() if replica_id in values}
         if all(key in metrics for key in _LOAD_KEYS):
             loads.append(replica_load(metrics))
+            redirected = max(redirected, metrics.get(REDIRECTED, 0.0))  # relayed by each replica: one figure
     return ScalingContext(
         current_replicas=ctx.current_num_replicas,
         target_replicas=ctx.target_num_replicas,
@@ -150,6 +157,7 @@ def scaling_context(ctx: Any) -> ScalingContext:
         replicas=loads,
         handle_queued_requests=float(ctx.total_queued_requests or 0.0),
         ongoing_requests=float(ctx.total_num_requests or 0.0),
+        redirected_requests=redirected,
     )
 
 

@@ -36,6 +36,7 @@ class EngineDeployment:
             engine_config = engine_config.model_copy(update={"num_threads": threads})
         self.engine = make_engine(engine_config)
         self._latency = RecentLatency()  # recent TTFT/TPOT, for the autoscaling policy
+        self._redirected = 0.0  # requests spilled or shed away from this variant (router.redirect), via the board
         await self.engine.start()
         self._board = board
         self._metrics = EngineMetrics(self.variant.name)
@@ -69,7 +70,7 @@ class EngineDeployment:
 
     def record_autoscaling_stats(self) -> dict[str, float]:
         """Serve's autoscaling hook (Ray 2.60): the engine's load for the engine_load policy, every few seconds."""
-        return engine_metrics(self.engine.stats(), self._latency)
+        return engine_metrics(self.engine.stats(), self._latency, self._redirected)
 
     async def check_health(self) -> None:
         await self.engine.check_health()
@@ -79,7 +80,8 @@ class EngineDeployment:
             try:
                 stats = self.stats()
                 self._metrics.set(stats)
-                await self._board.post.remote(self.variant.name, self._replica, stats)
+                # The answer: the demand the ingresses redirected away from this variant, for the autoscaler.
+                self._redirected = float(await self._board.post.remote(self.variant.name, self._replica, stats) or 0.0)
             except Exception:  # the board restarting must not take the engine down
                 logger.warning("could not post stats to the board", exc_info=True)
             await asyncio.sleep(STATS_PERIOD_S)

@@ -199,7 +199,9 @@ class Ingress:
         }
         self._board = board
         self._prompts = PromptBuilder(self.config.tokenizer_ref)
-        self._routing = RoutingTable(self.config, lambda: board.snapshot.remote())
+        self._routing = RoutingTable(  # publish: the demand it redirects, for the variants' autoscalers
+            self.config, lambda: board.snapshot.remote(), lambda source, levels: board.redirected.remote(source, levels)
+        )
         self._routing.start()
         self._metrics = IngressMetrics()
         self._keys = KeyStore(self.config.auth)

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -20,6 +21,7 @@ from router import Decision, LatencyModel, Prediction, Reason, RequestFeatures, 
 from router.inflight import InflightBook, RouteTicket
 from router.load import decode_pace
 from router.policy import missing_fields, reject_unsupported
+from router.redirect import RedirectedDemand, redirected_from
 from serve_app.config import AppConfig
 
 logger = logging.getLogger("ray.serve")
@@ -32,9 +34,20 @@ __all__ = ["REFRESH_PERIOD_S", "RouteTicket", "RoutingTable"]
 
 
 class RoutingTable:
-    def __init__(self, config: AppConfig, snapshot: Callable[[], Awaitable[dict[str, list[dict]]]]) -> None:
+    def __init__(
+        self,
+        config: AppConfig,
+        snapshot: Callable[[], Awaitable[dict[str, list[dict]]]],
+        publish: Callable[[str, dict[str, float]], Awaitable[None]] | None = None,
+    ) -> None:
+        """``snapshot``: the stats board's replicas per variant; ``publish(source, levels)``: where this table
+        sends the demand its decisions redirected away from each variant (the board, for the autoscalers)."""
         self.config = config
         self._snapshot_fn = snapshot
+        self._publish_fn = publish
+        self._source = uuid.uuid4().hex[:12]
+        self._redirected = RedirectedDemand()
+        self._published: dict[str, float] = {}
         self._snapshot: dict[str, list[dict]] = {}
         self._variants = {v.name: v for v in config.variants}
         self._models = {v.name: LatencyModel(v.latency_profile) for v in config.variants}
@@ -58,6 +71,19 @@ class RoutingTable:
             self._known_context[name] = min(r["context_length"] for r in replicas)
             # The oldest replica's figures date the sum: requests sent since may be in none of them.
             self._report_at[name] = now - max(float(r.get("age_s", 0.0)) for r in replicas)
+        await self._publish_redirected(now)
+
+    async def _publish_redirected(self, now: float) -> None:
+        # Only changes are sent (nothing at all while nothing is redirected); the board forgets a silent
+        # ingress after its stale period, so a level that fell to zero is sent once as an empty dict.
+        levels = self._redirected.levels(now)
+        if self._publish_fn is not None and levels != self._published:
+            await self._publish_fn(self._source, levels)
+            self._published = levels
+
+    def redirected_levels(self) -> dict[str, float]:
+        """Requests this table redirected away from each variant that would still run there now."""
+        return self._redirected.levels(time.monotonic())
 
     def start(self) -> None:
         if self._task is None:
@@ -138,7 +164,12 @@ class RoutingTable:
     # ------------------------------------------------------------------ decisions and feedback
 
     def decide(self, features: RequestFeatures) -> Decision:
-        return route(features, self.views(), self.config.router, self._state)
+        views = self.views()
+        decision = route(features, views, self.config.router, self._state)
+        redirected = redirected_from(decision, features, views, self.config.router)
+        if redirected is not None:  # spilled or shed while its variant was full: demand for that one's autoscaler
+            self._redirected.add(redirected[0], time.monotonic(), redirected[1])
+        return decision
 
     def fallback(self, features: RequestFeatures) -> Decision:
         """Where a request goes while no variant has reported yet (right after a deploy): the pinned or default

@@ -3,6 +3,10 @@
 The ingress (``GET /variants``) and the router read one snapshot of all replicas of all variants from here,
 instead of fanning out to replicas (Serve handles address a deployment, not a replica). Entries expire when
 a replica stops posting, so a dead or drained replica drops out on its own.
+
+The other way round, each ingress posts the demand its router redirected away from each variant
+(``router.redirect``: spilled to another variant or shed while that one was full), and every engine replica
+gets its variant's sum over the ingresses back as the answer to its own post, for the autoscaling policy.
 """
 
 from __future__ import annotations
@@ -24,9 +28,19 @@ STALE_AFTER_S = 10.0
 class StatsBoard:
     def __init__(self) -> None:
         self._entries: dict[tuple[str, str], tuple[float, dict]] = {}
+        self._redirected: dict[str, tuple[float, dict[str, float]]] = {}  # ingress -> (posted, {variant: level})
 
-    def post(self, variant: str, replica: str, stats: dict) -> None:
-        self._entries[(variant, replica)] = (time.monotonic(), stats)
+    def post(self, variant: str, replica: str, stats: dict) -> float:
+        """Takes a replica's stats; answers the requests redirected away from its variant, summed over ingresses."""
+        now = time.monotonic()
+        self._entries[(variant, replica)] = (now, stats)
+        return sum(
+            levels.get(variant, 0.0) for posted, levels in self._redirected.values() if now - posted <= STALE_AFTER_S
+        )
+
+    def redirected(self, source: str, levels: dict[str, float]) -> None:
+        """One ingress's redirected demand per variant (``RedirectedDemand.levels``); replaces its last post."""
+        self._redirected[source] = (time.monotonic(), levels)
 
     def remove(self, variant: str, replica: str) -> None:
         self._entries.pop((variant, replica), None)

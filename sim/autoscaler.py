@@ -106,8 +106,8 @@ class _Recent:
         return self._replica.oldest_wait_ms(self._now)
 
 
-def replica_metrics(replica: SimReplica, now: float) -> dict[str, float]:
-    """What the replica's ``record_autoscaling_stats`` would return now."""
+def replica_metrics(replica: SimReplica, now: float, redirected: float = 0.0) -> dict[str, float]:
+    """What the replica's ``record_autoscaling_stats`` would return now (``redirected``: as the board relays it)."""
     stats = EngineStats(
         queued_requests=replica.queued,
         running_requests=replica.running,
@@ -118,7 +118,7 @@ def replica_metrics(replica: SimReplica, now: float) -> dict[str, float]:
         max_running_requests=replica.profile.max_running_requests,
         recent_tpot_ms=replica.pace.tpot_ms(now),
     )
-    return engine_metrics(stats, cast(RecentLatency, _Recent(replica, now)))
+    return engine_metrics(stats, cast(RecentLatency, _Recent(replica, now)), redirected)
 
 
 class _Window:
@@ -161,14 +161,15 @@ class SimAutoscaler:
         self._last_push_s = -math.inf
         self._state: dict[str, Any] = {}
 
-    def record(self, deployment: SimDeployment, now: float) -> None:
-        """Samples every ready replica's figures and the deployment's request counts."""
+    def record(self, deployment: SimDeployment, now: float, redirected: float = 0.0) -> None:
+        """Samples every ready replica's figures and the deployment's request counts (``redirected``: the
+        requests the ingress redirected away from this variant, ``router.redirect``)."""
         horizon = now - self.spec.look_back_period_s
         alive = set()
         for replica in deployment.ready:
             alive.add(replica.replica_id)
             window = self._windows.setdefault(replica.replica_id, _Window())
-            window.add(now, replica_metrics(replica, now), horizon)
+            window.add(now, replica_metrics(replica, now, redirected), horizon)
         for gone in set(self._windows) - alive:
             del self._windows[gone]
         queued = float(len(deployment.handle_queue))

@@ -25,6 +25,7 @@ from engines.profile import EngineProfile
 from router import LatencyModel, LatencyProfile, RouterConfig, RouterState, VariantView, route
 from router.inflight import InflightBook
 from router.load import decode_pace
+from router.redirect import RedirectedDemand, redirected_from
 from serve_app.config import AutoscalingSpec, ReplicaChoice
 from serve_app.routing import REFRESH_PERIOD_S
 from sim.autoscaler import Policy, SimAutoscaler
@@ -89,6 +90,7 @@ class Simulation:
         self.models = {v.name: LatencyModel(v.latency_profile) for v in self.variants.values()}
         self.state = RouterState()
         self.book = InflightBook(self.models)  # the ingress's own bookkeeping, as RoutingTable keeps it
+        self.redirected = RedirectedDemand()  # demand spilled or shed away from its preferred variant (ditto)
         self._heap: list[tuple[float, int, int, Any, int]] = []
         self._order = itertools.count()
         self._snapshot: dict[str, VariantView] = {}
@@ -130,8 +132,9 @@ class Simulation:
             elif not more_arrivals and open_requests == 0:
                 continue  # traffic over and served: let the control loop stop
             elif kind == _RECORD:
+                levels = self.redirected.levels(now)
                 for name, scaler in self.autoscalers.items():
-                    scaler.record(self.deployments[name], now)
+                    scaler.record(self.deployments[name], now, levels.get(name, 0.0))
                 self._push(now + self.record_interval_s, _RECORD, None)
             else:
                 self._tick(now)
@@ -162,8 +165,12 @@ class Simulation:
 
     def _arrive(self, request: SimRequest, now: float) -> bool:
         """Routes and dispatches one request; False when the router rejected it."""
-        decision = route(request.features, self._views(now), self.router, self.state)
+        views = self._views(now)
+        decision = route(request.features, views, self.router, self.state)
         request.route_reason = str(decision.reason)
+        redirected = redirected_from(decision, request.features, views, self.router)
+        if redirected is not None:
+            self.redirected.add(redirected[0], now, redirected[1])
         if decision.variant is None:
             request.reject_status = decision.reject_status
             request.end_s = now

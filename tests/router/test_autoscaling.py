@@ -91,6 +91,16 @@ def test_demand_is_absolute_so_starting_replicas_are_not_counted_twice():
     assert starting.replicas == arrived.replicas == 2
 
 
+def test_requests_redirected_away_from_the_variant_count_as_its_demand():
+    # One full replica (16 of 16 slots) and 24 requests the router spilled elsewhere or shed meanwhile:
+    # (16 + 24) / (16 x 0.75) = 3.3 -> 4 replicas, where the engines alone would ask for 2.
+    full = replica(running_requests=16)
+
+    assert desired_replicas(context(full), TARGETS).replicas == 2
+    decision = desired_replicas(context(full, redirected_requests=24), TARGETS)
+    assert (decision.replicas, decision.signal) == (4, "slots")
+
+
 def test_the_answer_stays_within_min_and_max():
     flooded = context(replica(running_requests=16, queued_requests=500), max_replicas=4)
     idle = context(replica(), replica(), min_replicas=2)

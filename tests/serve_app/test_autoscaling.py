@@ -161,6 +161,18 @@ def test_tpot_is_the_engines_live_decode_pace_when_it_reports_one():
     assert finished.tpot_ms == pytest.approx(200.0, rel=0.2)
 
 
+def test_the_redirected_demand_every_replica_relays_is_read_once():
+    metrics: dict = {}
+    for n in range(3):
+        reported = engine_metrics(EngineStats(running_requests=4, max_running_requests=4), RecentLatency(), 10.0)
+        for name, value in reported.items():
+            metrics.setdefault(name, {})[_replica(n)] = value
+
+    ctx = scaling_context(_ray_context(metrics, running=3))
+
+    assert ctx.redirected_requests == 10.0  # the board's one figure, not 3 x 10
+
+
 def test_queue_wait_is_the_oldest_request_still_without_a_first_token():
     clock = _Clock()
     latency = RecentLatency(clock=clock)

@@ -230,3 +230,30 @@ def test_without_reports_a_field_no_variant_or_not_the_pinned_one_implements_is_
     )
     assert (pinned.reject_status, pinned.param) == (400, "min_tokens")
     assert "'hf-tiny'" in pinned.detail
+
+
+async def test_requests_spilled_from_a_full_variant_are_published_as_its_redirected_demand():
+    from bench.spike_fleet import FLEET, app_args  # an 8B + 70B fleet with the presets' latency, objective cost
+
+    config = load_app_config(app_args(FLEET, "engine_load"))
+    cheap, other = (v.name for v in config.variants)
+    published: list[tuple[str, dict[str, float]]] = []
+
+    async def publish(source: str, levels: dict[str, float]) -> None:
+        published.append((source, levels))
+
+    async def snapshot() -> dict[str, list[dict]]:
+        full = _replica(
+            "a", running_requests=2, queued_requests=40, queued_prompt_tokens=40 * 4000, context_length=32768
+        )
+        return {cheap: [{**full, "max_running_requests": 2}], other: [_replica("b", context_length=32768)]}
+
+    table = RoutingTable(config, snapshot, publish)
+    await table.refresh()
+    features = RequestFeatures(prompt_tokens=200, max_tokens=200, slo=SLO(ttft_ms=1000, tpot_ms=50))
+    decision = table.decide(features)
+    await table.refresh()
+
+    assert decision.variant == other
+    assert set(table.redirected_levels()) == {cheap}
+    assert published and published[-1][1] == {cheap: 1.0}
