@@ -43,7 +43,7 @@ from bench.local_serve import local_serve
 from bench.records import RequestRecord, write_jsonl
 from bench.replicas import ReplicaSample, write_samples
 from bench.report import machine_info
-from bench.spike_fleet import DURATIONS_S, FLEET, MODEL, MODES, SHAPES, Mode, SpikeFleet, app_args
+from bench.spike_fleet import DURATIONS_S, MODEL, MODES, SHAPES, Mode, SpikeFleet, app_args, fleet_for
 from bench.spike_report import ModeReport, mode_report, sim_gap, table
 from bench.workload import build_requests
 
@@ -219,14 +219,14 @@ def render(
 
 
 def run(args: argparse.Namespace) -> int:
-    fleet = FLEET
-    if args.startup_time_scale is not None:
-        fleet = fleet.model_copy(update={"startup_time_scale": args.startup_time_scale})
     modes: list[Mode] = args.mode or list(MODES)
     command = shlex.join(["python", "-m", "bench", *getattr(args, "argv", sys.argv[1:])])
-    payload: dict[str, Any] = {"command": command, "fleet": fleet.model_dump(), "shapes": {}}
+    payload: dict[str, Any] = {"command": command, "shapes": {}}
     exit_code = 0
     for shape_name in args.shape or ["step"]:
+        fleet = fleet_for(shape_name)
+        if args.startup_time_scale is not None:
+            fleet = fleet.model_copy(update={"startup_time_scale": args.startup_time_scale})
         shape, duration = SHAPES[shape_name], args.duration_s or DURATIONS_S[shape_name]
         out = args.out / shape_name
         out.mkdir(parents=True, exist_ok=True)
@@ -262,6 +262,7 @@ def run(args: argparse.Namespace) -> int:
                 records_by_mode, ready_by_mode, [v.name for v in fleet.variants], out / "load_and_replicas.png"
             )
         payload["shapes"][shape_name] = {
+            "fleet": fleet.model_dump(),
             "shape": shape.model_dump(),
             "duration_s": duration,
             "measured_startup_s": startup,

@@ -107,6 +107,12 @@ class SpikeFleet(BaseModel):
         "variant and spills to another only while the cheap one cannot meet the SLO (the spill-over under test).",
     )
     replica_num_cpus: float = Field(0.05, gt=0, description="Logical CPUs per engine replica (Ray placement only).")
+    stream_interval_ms: float = Field(
+        50.0,
+        gt=0,
+        description="The engines' stream interval (coalesce.interval_ms): the first token goes at once, then one "
+        "message per interval. Longer than the default so that the stack's CPU goes to the spike, not to chunks.",
+    )
 
     def autoscaling(self, variant: FleetVariant, policy: str) -> dict[str, Any]:
         """The variant's ``autoscaling:`` section under ``policy`` (AutoscalingSpec's fields)."""
@@ -125,7 +131,10 @@ class SpikeFleet(BaseModel):
         }
 
     def router(self) -> dict[str, Any]:
-        return {"policy": "slo", "objective": self.objective}
+        # on_violation reject: a request no variant is predicted to serve within its SLO is answered 429 at once
+        # (admission sheds what cannot be served in time) instead of joining a queue it would make longer for
+        # everyone behind it; in the simulator this alone took the step from 75% to 86% during the spike.
+        return {"policy": "slo", "objective": self.objective, "on_violation": "reject"}
 
 
 def workload(fleet: SpikeFleet, seed: int) -> WorkloadConfig:
@@ -149,6 +158,7 @@ def variant_args(fleet: SpikeFleet, variant: FleetVariant, mode: Mode) -> dict[s
             "profile": {"max_running_requests": variant.max_running_requests},
             "tokenizer": "builtin:tiny",
             "startup_time_scale": fleet.startup_time_scale,
+            "coalesce": {"interval_ms": fleet.stream_interval_ms},
         },
         "resources": {"num_cpus": fleet.replica_num_cpus},
         "max_ongoing_requests": variant.max_ongoing_requests,
@@ -178,24 +188,24 @@ def app_args(fleet: SpikeFleet, mode: Mode) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------------- the built-in fleet
 
-# An emulated 8B INT4 (1 GPU) + 70B FP8 TP4 (4 GPUs) fleet, as configs/emulated-h200.yaml, with 4 and 8 batch
-# slots so that ~15 req/s of 512-token answers (what two cores can stream through the stack) needs 8 replicas
-# of the 8B at its peak. The 8B is the cheap default; the 70B, kept at one replica, is where requests spill
-# while the 8B scales. Cold starts are the presets' (60 s and 180 s) x 0.1.
+# An emulated 8B INT4 (1 GPU) + 70B FP8 TP4 (4 GPUs) fleet, as configs/emulated-h200.yaml, with 2 and 8 batch
+# slots, so that a peak two cores can stream through the whole stack (8 req/s of 512-token answers, streamed
+# every 250 ms) needs 8 replicas of the 8B. The 8B is the cheap default; the 70B, kept at one replica, is where
+# requests spill while the 8B scales. Cold starts are the presets' (60 s and 180 s) x 0.1.
 FLEET = SpikeFleet(
     variants=[
         FleetVariant(
             name="llama-8b-int4",
             preset="h200-llama-3.1-8b-int4",
-            max_running_requests=4,
+            max_running_requests=2,
             min_replicas=1,
             max_replicas=8,
             quality=0.6,
             cost_per_1k_tokens=0.02,
-            max_ongoing_requests=16,
+            max_ongoing_requests=8,
             upscale_delay_s=1.0,
             downscale_delay_s=15.0,
-            target_ongoing_requests=3.0,
+            target_ongoing_requests=1.5,
         ),
         FleetVariant(
             name="llama-70b-fp8",
@@ -205,7 +215,7 @@ FLEET = SpikeFleet(
             max_replicas=2,
             quality=0.9,
             cost_per_1k_tokens=0.15,
-            max_ongoing_requests=24,
+            max_ongoing_requests=16,
             upscale_delay_s=1.0,
             downscale_delay_s=15.0,
             target_ongoing_requests=6.0,
@@ -219,18 +229,19 @@ FLEET = SpikeFleet(
     target_batch_utilization=0.75,
     look_back_period_s=2.0,
     metrics_interval_s=0.5,
+    stream_interval_ms=250.0,
 )
 
-PEAK_RATE = 14.0  # req/s at the top of every shape; a tenth of it at the bottom
+PEAK_RATE = 8.0  # req/s at the top of every shape; a tenth of it at the bottom
 
 SHAPES: dict[str, SpikeShape] = {
-    # 10x for 60 s after 20 s at the base rate, then 70 s back at the base (room for the scale-down).
-    "step": SpikeArrivals(base_rate=PEAK_RATE / 10, spike_rate=PEAK_RATE, start_s=20.0, duration_s=60.0),
-    "ramp": RampArrivals(base_rate=PEAK_RATE / 10, peak_rate=PEAK_RATE, start_s=20.0, ramp_s=30.0, hold_s=30.0),
+    # 10x for 60 s after 15 s at the base rate, then 75 s back at the base (room for the scale-down).
+    "step": SpikeArrivals(base_rate=PEAK_RATE / 10, spike_rate=PEAK_RATE, start_s=15.0, duration_s=60.0),
+    "ramp": RampArrivals(base_rate=PEAK_RATE / 10, peak_rate=PEAK_RATE, start_s=15.0, ramp_s=30.0, hold_s=30.0),
     # One day in 150 s: a narrow crest (sharpness 2: above half of the swing for 33% of the period).
     "diurnal": WaveArrivals(low_rate=PEAK_RATE / 10, high_rate=PEAK_RATE, period_s=150.0, sharpness=2.0),
     "bursts": BurstTrainArrivals(
-        base_rate=PEAK_RATE / 10, burst_rate=PEAK_RATE, start_s=20.0, burst_s=15.0, gap_s=20.0, count=3
+        base_rate=PEAK_RATE / 10, burst_rate=PEAK_RATE, start_s=15.0, burst_s=15.0, gap_s=25.0, count=3
     ),
     "trace": TraceArrivals(
         wave=WaveArrivals(low_rate=PEAK_RATE / 10, high_rate=PEAK_RATE * 0.8, period_s=150.0, sharpness=2.0),
@@ -238,5 +249,28 @@ SHAPES: dict[str, SpikeShape] = {
     ),
 }
 
+# Scale to zero and back under load: the cheap variant may go to zero replicas (min_replicas 0); traffic for 25 s,
+# 45 s of none (it scales to zero after its 15 s downscale delay), then traffic again: the first requests are
+# rerouted to the 70B while the ingress's wake-up call starts the 8B (serve_app/routing.py), none may hang.
+SHAPES["zero"] = BurstTrainArrivals(
+    base_rate=0.0, burst_rate=PEAK_RATE / 2, start_s=0.0, burst_s=25.0, gap_s=45.0, count=2
+)
+
+
+def fleet_for(shape: str) -> SpikeFleet:
+    """The fleet a shape runs on: the built-in one, with the cheap variant allowed to scale to zero for ``zero``."""
+    if shape != "zero":
+        return FLEET
+    cheap = FLEET.variants[0].model_copy(update={"min_replicas": 0})
+    return FLEET.model_copy(update={"variants": [cheap, *FLEET.variants[1:]]})
+
+
 # How long each shape's trace runs (its last rate holds until then).
-DURATIONS_S: dict[str, float] = {"step": 150.0, "ramp": 150.0, "diurnal": 150.0, "bursts": 150.0, "trace": 150.0}
+DURATIONS_S: dict[str, float] = {
+    "step": 150.0,
+    "ramp": 150.0,
+    "diurnal": 150.0,
+    "bursts": 150.0,
+    "trace": 150.0,
+    "zero": 100.0,
+}

@@ -200,7 +200,10 @@ class Ingress:
         self._board = board
         self._prompts = PromptBuilder(self.config.tokenizer_ref)
         self._routing = RoutingTable(  # publish: the demand it redirects, for the variants' autoscalers
-            self.config, lambda: board.snapshot.remote(), lambda source, levels: board.redirected.remote(source, levels)
+            self.config,
+            lambda: board.snapshot.remote(),
+            publish=lambda source, levels: board.redirected.remote(source, levels),
+            wake=lambda name: variants[name].info.remote(),  # a variant at zero replicas: Serve's cold start
         )
         self._routing.start()
         self._metrics = IngressMetrics()

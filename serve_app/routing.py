@@ -39,12 +39,16 @@ class RoutingTable:
         config: AppConfig,
         snapshot: Callable[[], Awaitable[dict[str, list[dict]]]],
         publish: Callable[[str, dict[str, float]], Awaitable[None]] | None = None,
+        wake: Callable[[str], Awaitable[Any]] | None = None,
     ) -> None:
         """``snapshot``: the stats board's replicas per variant; ``publish(source, levels)``: where this table
-        sends the demand its decisions redirected away from each variant (the board, for the autoscalers)."""
+        sends the demand its decisions redirected away from each variant (the board, for the autoscalers);
+        ``wake(variant)``: a call to one of the variant's replicas that waits at its handle until one runs."""
         self.config = config
         self._snapshot_fn = snapshot
         self._publish_fn = publish
+        self._wake_fn = wake
+        self._waking: dict[str, asyncio.Task] = {}
         self._source = uuid.uuid4().hex[:12]
         self._redirected = RedirectedDemand()
         self._published: dict[str, float] = {}
@@ -169,7 +173,32 @@ class RoutingTable:
         redirected = redirected_from(decision, features, views, self.config.router)
         if redirected is not None:  # spilled or shed while its variant was full: demand for that one's autoscaler
             self._redirected.add(redirected[0], time.monotonic(), redirected[1])
+            if not self._snapshot.get(redirected[0]):
+                self._wake(redirected[0])
         return decision
+
+    def _wake(self, variant: str) -> None:
+        """Starts a variant scaled to zero that requests would prefer, without making any of them wait for it.
+
+        At zero replicas nothing reports, so no autoscaler sees the redirected demand; Serve's cold-start path
+        starts a replica as soon as a request waits at the variant's handle. The requests themselves go where
+        they meet their SLO (or are refused); this one call waits at the handle instead, bounded by the request
+        timeout, one at a time per variant. Once the replica runs, its reports carry the rest of the demand.
+        """
+        if self._wake_fn is None or variant in self._waking:
+            return
+        timeout_s = self.config.limits.request_timeout_s
+        wake_fn = self._wake_fn
+
+        async def wake() -> None:
+            try:
+                await asyncio.wait_for(wake_fn(variant), timeout=timeout_s)
+            except Exception:  # a failed wake-up is retried by the next redirected request
+                logger.warning("could not wake variant %s", variant, exc_info=True)
+            finally:
+                self._waking.pop(variant, None)
+
+        self._waking[variant] = asyncio.get_running_loop().create_task(wake())
 
     def fallback(self, features: RequestFeatures) -> Decision:
         """Where a request goes while no variant has reported yet (right after a deploy): the pinned or default

@@ -187,15 +187,17 @@ class SimAutoscaler:
         self._pushed = pushed
         self._pushed_totals = self._ongoing.means()
 
-    def decide(self, deployment: SimDeployment, now: float) -> int:
-        """One control-loop tick: the deployment's new target number of replicas."""
+    def decide(self, deployment: SimDeployment, now: float, waking: bool = False) -> int:
+        """One control-loop tick: the deployment's new target number of replicas (``waking``: the ingress has a
+        wake-up call waiting at this deployment's handle, ``serve_app.routing.RoutingTable._wake``)."""
         spec = self.spec
         ready_ids = [r.replica_id for r in deployment.ready]
         current_target = deployment.target
         # Requests waiting for a deployment at zero replicas are seen at once (Serve's handle metrics).
         ongoing = self._pushed_totals.get("ongoing", 0.0)
-        if not ready_ids and deployment.handle_queue:
-            ongoing = max(ongoing, float(len(deployment.handle_queue)))
+        waiting = len(deployment.handle_queue) + int(waking)
+        if not ready_ids and waiting:
+            ongoing = max(ongoing, float(waiting))
         ctx = SimAutoscalingContext(
             aggregated_metrics=self._pushed,
             running_replicas=ready_ids,

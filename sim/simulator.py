@@ -91,6 +91,7 @@ class Simulation:
         self.state = RouterState()
         self.book = InflightBook(self.models)  # the ingress's own bookkeeping, as RoutingTable keeps it
         self.redirected = RedirectedDemand()  # demand spilled or shed away from its preferred variant (ditto)
+        self._waking: set[str] = set()  # variants at zero replicas with the ingress's wake-up call at their handle
         self._heap: list[tuple[float, int, int, Any, int]] = []
         self._order = itertools.count()
         self._snapshot: dict[str, VariantView] = {}
@@ -171,6 +172,8 @@ class Simulation:
         redirected = redirected_from(decision, request.features, views, self.router)
         if redirected is not None:
             self.redirected.add(redirected[0], now, redirected[1])
+            if not self.deployments[redirected[0]].ready:
+                self._waking.add(redirected[0])  # the ingress's wake-up call waits at its handle
         if decision.variant is None:
             request.reject_status = decision.reject_status
             request.end_s = now
@@ -255,7 +258,9 @@ class Simulation:
     def _tick(self, now: float) -> None:
         for name, scaler in self.autoscalers.items():
             deployment = self.deployments[name]
-            target = scaler.decide(deployment, now)
+            if deployment.ready:
+                self._waking.discard(name)  # the wake-up call is answered
+            target = scaler.decide(deployment, now, waking=name in self._waking)
             current = deployment.target
             if target > current:
                 for _ in range(target - current):
