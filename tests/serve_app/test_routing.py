@@ -257,3 +257,35 @@ async def test_requests_spilled_from_a_full_variant_are_published_as_its_redirec
     assert decision.variant == other
     assert set(table.redirected_levels()) == {cheap}
     assert published and published[-1][1] == {cheap: 1.0}
+
+
+async def test_a_variant_at_zero_replicas_that_requests_prefer_gets_one_wake_up_call_at_a_time():
+    import asyncio
+
+    from bench.spike_fleet import FLEET, app_args
+
+    config = load_app_config(app_args(FLEET, "engine_load"))
+    cheap, other = (v.name for v in config.variants)
+    woken: list[str] = []
+    answer = asyncio.Event()
+
+    async def wake(variant: str) -> None:
+        woken.append(variant)
+        await answer.wait()  # Serve answers once a replica runs
+
+    async def snapshot() -> dict[str, list[dict]]:
+        return {other: [_replica("b", context_length=32768)]}  # the cheap variant has no replica
+
+    table = RoutingTable(config, snapshot, wake=wake)
+    await table.refresh()
+    features = RequestFeatures(prompt_tokens=200, max_tokens=200, slo=SLO(ttft_ms=1000, tpot_ms=50))
+    decisions = [table.decide(features) for _ in range(3)]
+    await asyncio.sleep(0.01)
+
+    assert {d.variant for d in decisions} == {other}  # rerouted: none waits for the cold start
+    assert woken == [cheap]  # one call, however many requests preferred it
+    answer.set()
+    await asyncio.sleep(0.01)
+    table.decide(features)
+    await asyncio.sleep(0.01)
+    assert woken == [cheap, cheap]  # still at zero after the answer: the next redirected request wakes it again
