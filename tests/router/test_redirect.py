@@ -49,7 +49,7 @@ def test_a_pinned_request_is_never_counted_as_redirected():
 
 
 def test_redirected_demand_counts_each_request_for_as_long_as_it_would_have_run():
-    demand = RedirectedDemand()
+    demand = RedirectedDemand(rate_window_s=0.1)  # a short window: the in-flight count alone
     demand.add("small", now=10.0, duration_s=2.0)
     demand.add("small", now=11.0, duration_s=2.0)
     demand.add("big", now=11.0, duration_s=0.5)
@@ -57,3 +57,14 @@ def test_redirected_demand_counts_each_request_for_as_long_as_it_would_have_run(
     assert demand.levels(11.2) == {"small": 2.0, "big": 1.0}
     assert demand.levels(12.5) == {"small": 1.0}
     assert demand.levels(13.0) == {}
+
+
+def test_a_rising_redirect_rate_counts_at_the_level_it_leads_to():
+    # 4 requests of 2 s each within the last second: 4/s x 2 s = 8 in flight once the rate holds,
+    # while only 4 are booked so far.
+    demand = RedirectedDemand(rate_window_s=1.0)
+    for k in range(4):
+        demand.add("small", now=10.0 + 0.25 * k, duration_s=2.0)
+
+    assert demand.levels(10.8) == {"small": pytest.approx(8.0)}
+    assert demand.levels(12.3) == {"small": pytest.approx(2.0)}  # the rate has gone: the bookings still running
