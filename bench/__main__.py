@@ -20,6 +20,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "bench.overhead",
     "bench.spike",
     "bench.routing",
+    "bench.route_cost",
     "bench.soak",
 )
 

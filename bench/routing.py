@@ -62,6 +62,7 @@ from bench.routing_results import (
 )
 from bench.workload import RequestSpec
 from router.config import RouterConfig, SLOTier
+from sim.scenario import SCENARIOS
 
 POLICIES = ("slo", "round_robin", "least_loaded", "length_threshold", "largest")
 QUICK_FRACTIONS = (0.5, 1.0)
@@ -77,6 +78,19 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--config", type=Path, default=Path("serve_config.yaml"), help="the Serve config to deploy")
+    p.add_argument(
+        "--scenario",
+        choices=sorted(SCENARIOS),
+        default=None,
+        help="instead of --config: a simulator fleet on the emulated engine, the simulator beside it "
+        "(bench/routing_fleet.py); rates are fractions of the simulator's capacity estimate",
+    )
+    p.add_argument(
+        "--fleet-scale",
+        type=float,
+        default=1.0,
+        help="with --scenario: run this share of the fleet's replicas at the same share of its traffic",
+    )
     p.add_argument("--quick", action="store_true", help="2 rates x 5 policies x 10 s (about 4-5 minutes)")
     p.add_argument("--policies", nargs="+", choices=POLICIES, default=list(POLICIES))
     p.add_argument("--rates", nargs="+", type=float, default=None, help="req/s; default: from calibration")
@@ -346,16 +360,16 @@ async def calibrate(url: str, limits: dict[str, EngineLimits], t: SweepTarget) -
 # ---------------------------------------------------------------------- Ray and Serve
 
 
-def _policy_ingress(args: dict[str, Any]) -> Any:
-    """An app of one ingress with ``args``' router config, routing to the base app's engines and board."""
+def _policy_ingress(args: dict[str, Any], base_app: str = BASE_APP) -> Any:
+    """An app of one ingress with ``args``' router config, routing to ``base_app``'s engines and board."""
     from ray import serve
 
     from serve_app.app import _Ingress
     from serve_app.config import load_app_config
 
     config = load_app_config(args)
-    handles = {v.name: serve.get_deployment_handle(v.deployment_name, BASE_APP) for v in config.variants}
-    board = serve.get_deployment_handle("StatsBoard", BASE_APP)
+    handles = {v.name: serve.get_deployment_handle(v.deployment_name, base_app) for v in config.variants}
+    board = serve.get_deployment_handle("StatsBoard", base_app)
     return _Ingress.options(**config.ingress.deployment_options()).bind(config.model_dump(mode="json"), handles, board)
 
 
@@ -384,6 +398,10 @@ def rescore(out: Path) -> RoutingSweep:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.scenario is not None:
+        from bench import routing_fleet
+
+        return routing_fleet.run(args)
     if args.rescore is not None:
         sweep = rescore(args.rescore)
         print(

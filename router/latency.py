@@ -349,6 +349,48 @@ class LatencyModel:
         measured = load.measured_tpot_ms * modelled / at_measured_batch
         return max(modelled, measured / (1.0 + self.tpot_margin))
 
+    def predict_request(self, prompt_tokens: int, load: Load) -> tuple[float, float]:
+        """``(predict_ttft_ms(prompt_tokens, load), predict_load_tpot_ms(load, None, prompt_tokens))``, the same
+        figures in one pass: the router asks this of every candidate variant on every decision, and the two share
+        most of their terms (the prefill share of a step, the measured pace, the weights), which are computed
+        once here. Keep it in step with the methods it stands for (tests/router/test_latency.py compares them)."""
+        at_batch_1, per_extra_seq, ms_per_prefill_token = self._tpot.weights[:3]
+        per_context_token = self._tpot.weights[3] if self._context_term else 0.0
+        base, ms_per_token, mean_output_tokens, steps = self._ttft.weights
+        rate = load.prefill_tokens_per_s
+        share = ms_per_prefill_token * (rate if rate > 0.0 else 0.0) / 1000.0
+        free = 1.0 - (share if share < _MAX_PREFILL_SHARE else _MAX_PREFILL_SHARE)
+        context = load.context_tokens
+        running = load.running if load.running > 1.0 else 1.0
+        queued_batch = load.running + load.queued + 1.0
+        batch = float(load.max_running) if load.max_running < queued_batch else queued_batch
+        batch_1 = batch if batch > 1.0 else 1.0
+        # The new request's decode: in the batch it joins, its prompt added to the batch's context.
+        tpot = (at_batch_1 + per_extra_seq * (batch_1 - 1.0) + per_context_token * (context + prompt_tokens)) / free
+        # The running batch's, for the wait for a slot.
+        tpot_running = (at_batch_1 + per_extra_seq * (running - 1.0) + per_context_token * context) / free
+        if load.measured_tpot_ms > 0.0:
+            measured_batch = load.measured_batch if load.measured_batch > 1.0 else 1.0
+            at_measured = (at_batch_1 + per_extra_seq * (measured_batch - 1.0) + per_context_token * context) / free
+            lift = 1.0 + self._tpot_error.value
+            measured = load.measured_tpot_ms * tpot / at_measured / lift
+            tpot = measured if measured > tpot else tpot
+            measured = load.measured_tpot_ms * tpot_running / at_measured / lift
+            tpot_running = measured if measured > tpot_running else tpot_running
+        slot_wait = 0.0
+        if load.waiting_for_slot:
+            tokens_left = mean_output_tokens if load.decode_tokens_left is None else max(load.decode_tokens_left, 1.0)
+            slot_wait = load.waiting_for_slot * tokens_left * tpot_running / running
+        prefill = (prompt_tokens + load.queued_prompt_tokens) * ms_per_token
+        step = per_extra_seq * (batch_1 - 1.0) + per_context_token * (context + prompt_tokens)
+        return base + prefill + slot_wait + steps * step + load.startup_ms, tpot
+
+    def predict_idle_ttft_ms(self, prompt_tokens: int, startup_ms: float = 0.0) -> float:
+        """TTFT of a ``prompt_tokens`` prompt on a replica with nothing running or queued (plus ``startup_ms``):
+        ``predict_ttft_ms`` of an idle :class:`Load`, without building one."""
+        base, ms_per_token, _, steps = self._ttft.weights
+        return base + prompt_tokens * ms_per_token + steps * self._context_ms(prompt_tokens) + startup_ms
+
     def predict_ttft_ms(self, prompt_tokens: int, load: Load) -> float:
         """Milliseconds from dispatch to the first token of a ``prompt_tokens`` prompt under ``load``."""
         base, ms_per_token, mean_output_tokens, steps = self._ttft.weights

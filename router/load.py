@@ -40,36 +40,62 @@ def serving_replicas(view: VariantView, config: RouterConfig) -> int:
 
 
 def replica_load(view: VariantView, config: RouterConfig) -> Load:
-    """Per-replica load of a variant with at least one serving replica (see :func:`serving_replicas`)."""
-    ready = view.ready_replicas > 0
-    replicas = max(serving_replicas(view, config), 1)
-    slots_per_replica = max(view.max_running_requests, 1)
+    """Per-replica load of a variant with at least one serving replica (see :func:`serving_replicas`).
 
-    unseen = max(0, view.inflight - view.queued_requests - view.running_requests)
+    Called for every candidate of every decision, so written flat: the merges of :func:`queued_prompt_tokens`
+    and :func:`decoding_context` inline, conditionals instead of ``min``/``max`` calls.
+    """
+    ready = view.ready_replicas > 0
+    serving = view.ready_replicas if ready else (view.starting_replicas if config.wait_for_starting_replicas else 0)
+    replicas = serving if serving > 1 else 1
+    slots_per_replica = view.max_running_requests if view.max_running_requests > 1 else 1
+    reported_running = view.running_requests
+
+    unseen = view.inflight - view.queued_requests - reported_running
+    if unseen < 0:
+        unseen = 0
     unseen_tokens = unseen * view.inflight_prompt_tokens / view.inflight if unseen else 0.0
 
     # A full KV cache admits nothing new until a sequence finishes, however many batch slots are free.
     kv_full = ready and view.kv_used_fraction >= config.kv_full_fraction
-    capacity = view.running_requests if kv_full else slots_per_replica * replicas
-    capacity = max(capacity, view.running_requests)
-    running = min(view.running_requests + unseen, capacity)
-    queued = view.queued_requests + (view.running_requests + unseen - running)
+    capacity = reported_running if kv_full else slots_per_replica * replicas
+    if capacity < reported_running:
+        capacity = reported_running
+    wanting = reported_running + unseen
+    running = wanting if wanting < capacity else capacity
+    queued = view.queued_requests + (wanting - running)
     free = capacity - running
     # Serve sends a request to a replica with room when one has it, so any free slot is the request's.
     waiting_for_slot = 0.0 if queued < free else (queued - free) / replicas + 1.0
 
+    # Prefill work ahead: the report less what was prefilled since, plus what was sent after it, and never
+    # less than the prompts of own requests without a first token (queued_prompt_tokens, the long form).
+    reported = float(view.queued_prompt_tokens)
+    if reported > 0 and view.report_age_ms > 0:
+        prefill_ms = view.latency.prefill_ms_per_token
+        drained = replicas * view.report_age_ms / (prefill_ms if prefill_ms > 1e-9 else 1e-9)
+        reported = reported - drained if reported > drained else 0.0
+    fresh = float(view.fresh_prompt_tokens)
+    ahead = reported + (fresh if fresh > unseen_tokens else unseen_tokens)
+    unstarted = float(view.unstarted_prompt_tokens)
+    if ahead < unstarted:
+        ahead = unstarted
+
+    own_decoding = view.inflight_prompt_tokens - view.unstarted_prompt_tokens
+    context = view.context_tokens if view.context_tokens > own_decoding else own_decoding
+    pace = ready and config.pace_floor
     return Load(
         running=running / replicas,
         queued=queued / replicas,
-        queued_prompt_tokens=queued_prompt_tokens(view, unseen_tokens, replicas) / replicas,
+        queued_prompt_tokens=ahead / replicas,
         waiting_for_slot=waiting_for_slot,
         max_running=slots_per_replica,
         startup_ms=0.0 if ready else config.replica_startup_ms,
         prefill_tokens_per_s=view.prefill_tokens_per_s / replicas,
         decode_tokens_left=view.decode_tokens_left,
-        context_tokens=decoding_context(view) / replicas,
-        measured_tpot_ms=view.recent_tpot_ms if ready and config.pace_floor else 0.0,
-        measured_batch=view.recent_decode_batch / replicas if ready and config.pace_floor else 0.0,
+        context_tokens=float(context if context > 0 else 0) / replicas,
+        measured_tpot_ms=view.recent_tpot_ms if pace else 0.0,
+        measured_batch=view.recent_decode_batch / replicas if pace else 0.0,
     )
 
 

@@ -102,24 +102,29 @@ def predict(request: RequestFeatures, view: VariantView, load: Load, config: Rou
     """The latency ``view`` is predicted to give ``request`` under ``load``, judged against its SLO on the
     prediction inflated by the variant's learned error margin (see the module docstring)."""
     model = view.latency
-    ttft = model.predict_ttft_ms(request.prompt_tokens, load)
+    ttft, tpot = model.predict_request(request.prompt_tokens, load)
     batch = load.batch_when_running
-    tpot = model.predict_load_tpot_ms(load, batch, request.prompt_tokens)
     ttft_upper = ttft * (1.0 + config.error_margin_scale * model.ttft_margin)
     tpot_upper = tpot * (1.0 + config.error_margin_scale * model.tpot_margin)
     # Targets shrink by the headroom, so a prediction that is a little optimistic still lands inside.
     scale = 1.0 - config.slo_headroom
     violation = 0.0
     slack = 1.0
-    if request.slo.ttft_ms is not None:
-        ratio = ttft_upper / (request.slo.ttft_ms * scale)
-        violation += max(0.0, ratio - 1.0)
-        slack = min(slack, 1.0 - ratio)
+    # Conditionals rather than min/max calls: this runs for every candidate of every decision.
+    slo = request.slo
+    if slo.ttft_ms is not None:
+        ratio = ttft_upper / (slo.ttft_ms * scale)
+        if ratio > 1.0:
+            violation += ratio - 1.0
+        if 1.0 - ratio < slack:
+            slack = 1.0 - ratio
     # A single-token answer has no time per output token to miss.
-    if request.slo.tpot_ms is not None and request.max_tokens > 1:
-        ratio = tpot_upper / (request.slo.tpot_ms * scale)
-        violation += max(0.0, ratio - 1.0)
-        slack = min(slack, 1.0 - ratio)
+    if slo.tpot_ms is not None and request.max_tokens > 1:
+        ratio = tpot_upper / (slo.tpot_ms * scale)
+        if ratio > 1.0:
+            violation += ratio - 1.0
+        if 1.0 - ratio < slack:
+            slack = 1.0 - ratio
     return Prediction(
         ttft_ms=ttft,
         tpot_ms=tpot,
@@ -234,7 +239,7 @@ def _home(request: RequestFeatures, variants: Sequence[VariantView], loads: Mapp
         if request.slo.ttft_ms is not None:
             ratio = idle_ttft_ms(request, view, loads[view.name]) / request.slo.ttft_ms
         if request.slo.tpot_ms is not None:
-            ratio = max(ratio, view.latency.predict_tpot_ms(1.0, 0.0) / request.slo.tpot_ms)
+            ratio = max(ratio, view.latency.predict_tpot_ms(1.0) / request.slo.tpot_ms)
         return ratio
 
     return min(variants, key=idle_ratio)
@@ -247,10 +252,13 @@ def _expected_ratio(request: RequestFeatures, prediction: Prediction) -> float:
     variant that will in fact miss. A ratio, not an overshoot, so that among variants whose mean prediction
     meets the targets the one with the most room wins."""
     ratio = 0.0
-    if request.slo.ttft_ms is not None:
-        ratio = prediction.ttft_ms / request.slo.ttft_ms
-    if request.slo.tpot_ms is not None and request.max_tokens > 1:
-        ratio = max(ratio, prediction.tpot_ms / request.slo.tpot_ms)
+    slo = request.slo
+    if slo.ttft_ms is not None:
+        ratio = prediction.ttft_ms / slo.ttft_ms
+    if slo.tpot_ms is not None and request.max_tokens > 1:
+        tpot_ratio = prediction.tpot_ms / slo.tpot_ms
+        if tpot_ratio > ratio:
+            ratio = tpot_ratio
     return ratio
 
 

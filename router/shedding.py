@@ -36,15 +36,7 @@ MIN_OBSERVATIONS = 32
 def idle_ttft_ms(request: RequestFeatures, view: VariantView, load: Load) -> float:
     """TTFT ``view`` is predicted to give ``request`` with nothing ahead of it (a starting replica still
     counts its startup: waiting for it is not a queue that shedding shortens)."""
-    idle = Load(
-        running=0.0,
-        queued=0.0,
-        queued_prompt_tokens=0.0,
-        waiting_for_slot=0.0,
-        max_running=load.max_running,
-        startup_ms=load.startup_ms,
-    )
-    return view.latency.predict_ttft_ms(request.prompt_tokens, idle)
+    return view.latency.predict_idle_ttft_ms(request.prompt_tokens, load.startup_ms)
 
 
 def is_hopeless(

@@ -52,6 +52,7 @@ from serve_app.auth import KeyStore, Principal
 from serve_app.config import AppConfig
 from serve_app.errors import PayloadTooLargeError, describe, error_body, error_response
 from serve_app.grpc_errors import grpc_status
+from serve_app.limiter import Admission, SharedLimits
 from serve_app.metrics import IngressMetrics, RequestRecorder
 from serve_app.openai_api import ChatCompletionRequest, CompletionRequest, parse_request
 from serve_app.openai_format import DONE, ResponseShape, openai_finish_reason, sse
@@ -144,7 +145,7 @@ class _Flight:
     variant: str = ""
     reason: str = ""  # the route decision's reason; empty until routed
     principal: Principal | None = None
-    admitted: bool = False
+    admission: Admission | None = None  # what the request holds of its key's limits
     ticket: RouteTicket | None = None
     recorder: Any = None  # RequestRecorder once routed
     stream: Any = None  # the variant's DeploymentResponseGenerator
@@ -187,7 +188,9 @@ def _timeout_or(error: BaseException) -> BaseException:
 @serve.deployment
 @serve.ingress(app)
 class Ingress:
-    async def __init__(self, config: dict, variants: dict[str, Any], board: Any) -> None:  # type: ignore[misc]
+    async def __init__(  # type: ignore[misc]
+        self, config: dict, variants: dict[str, Any], board: Any, limiter: Any = None
+    ) -> None:
         self.config = AppConfig.model_validate(config)
         self._variants = variants  # variant name -> DeploymentHandle
         # _by_reference=False: Serve's inter-deployment gRPC (every replica runs its server), one stream per
@@ -208,6 +211,9 @@ class Ingress:
         self._routing.start()
         self._metrics = IngressMetrics()
         self._keys = KeyStore(self.config.auth)
+        # Per-key limits for the whole endpoint: budget leased from the app's KeyLimiter (limiter.py), spent here.
+        self._limits = SharedLimits(self._keys, limiter)
+        self._limits.start()
         self._created = int(time.time())
 
     # ------------------------------------------------------------------ routes
@@ -438,13 +444,14 @@ class Ingress:
             raise rejection
         flight.variant = variant
         flight.headers["x-route-variant"] = variant
-        self._keys.admit(flight.principal, len(prompt_ids) + max_tokens, time.monotonic())
-        flight.admitted = True
+        flight.admission = await self._limits.admit(flight.principal, len(prompt_ids) + max_tokens)
         flight.ticket = self._routing.open(
             variant, len(prompt_ids), prediction, max_tokens=max_tokens, arrived_at=flight.arrived_at
         )
         flight.headers.update(flight.ticket.headers())  # x-route-predicted-ttft-ms / -tpot-ms
-        flight.recorder = RequestRecorder(self._metrics, variant, features.slo.ttft_ms, features.slo.tpot_ms)
+        flight.recorder = RequestRecorder(
+            self._metrics, variant, features.slo.ttft_ms, features.slo.tpot_ms, prediction
+        )
         gen_request = GenerationRequest(flight.request_id, prompt_ids, sampling)
         dispatched_at = time.monotonic()
         first = await self._first_delta(flight, variant, gen_request)
@@ -524,8 +531,8 @@ class Ingress:
         else:
             variant = flight.headers.get("x-route-variant", "none")
             self._metrics.requests.inc(1, {"variant": variant, "status": str(status)})
-        if flight.admitted:
-            self._keys.release(flight.principal)
+        if flight.admission is not None:
+            flight.admission.release()
         if status != 200 and flight.stream is not None:
             flight.stream.cancel()  # client gone, failed or timed out: abort inside the engine
 

@@ -18,11 +18,15 @@ from typing import Any
 
 from ray.serve import metrics
 
+from router import Prediction
+
 logger = logging.getLogger("ray.serve")
 
 TTFT_BUCKETS_S = [0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10, 20, 60]
 ITL_BUCKETS_S = [0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1, 2]
 E2E_BUCKETS_S = [0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600]
+# Measured / predicted: 1 is a perfect prediction; the router's margin covers what lies above it.
+PREDICTION_RATIO_BUCKETS = [0.25, 0.5, 0.67, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2, 3, 5, 10]
 
 METRIC_NAMES = (
     "vs_requests_total",
@@ -35,6 +39,7 @@ METRIC_NAMES = (
     "vs_slo_total",
     "vs_cancelled_total",
     "vs_retries_total",
+    "vs_route_prediction_ratio",
     "vs_engine_queued_requests",
     "vs_engine_running_requests",
     "vs_engine_kv_used_fraction",
@@ -81,6 +86,15 @@ class IngressMetrics:
             "vs_retries_total",
             "Requests sent again because their engine replica stopped before the first token.",
             tag_keys=("variant",),
+        )
+        # What the router predicted when it chose the variant against what the request then measured, per
+        # variant and measure ('ttft', 'tpot'): a median drifting from 1 is a latency model gone stale (an engine
+        # upgraded, a neighbour on the GPU), visible before attainment drops.
+        self.prediction_ratio = metrics.Histogram(
+            "vs_route_prediction_ratio",
+            "Measured / predicted latency of served requests (the router's mean prediction at its decision).",
+            PREDICTION_RATIO_BUCKETS,
+            tag_keys=_keys("variant", "measure"),
         )
         self.itl_off_loop = OffLoopObserver(self.itl)  # once per streamed chunk: kept off the event loop
 
@@ -145,12 +159,20 @@ class OffLoopObserver:
 class RequestRecorder:
     """Per-request bookkeeping for the ingress metrics: chunk gaps, then one summary at the end."""
 
-    __slots__ = ("_last_at", "_last_tokens", "_m", "_slo", "_start", "_tags", "first_at")
+    __slots__ = ("_last_at", "_last_tokens", "_m", "_predicted", "_slo", "_start", "_tags", "first_at")
 
-    def __init__(self, m: IngressMetrics, variant: str, slo_ttft_ms: float | None, slo_tpot_ms: float | None) -> None:
+    def __init__(
+        self,
+        m: IngressMetrics,
+        variant: str,
+        slo_ttft_ms: float | None,
+        slo_tpot_ms: float | None,
+        prediction: Prediction | None = None,
+    ) -> None:
         self._m = m
         self._tags = {"variant": variant}
         self._slo = (slo_ttft_ms, slo_tpot_ms)
+        self._predicted = None if prediction is None else (prediction.ttft_ms, prediction.tpot_ms)
         self._start = time.monotonic()
         self.first_at: float | None = None
         self._last_at = self._start
@@ -184,3 +206,9 @@ class RequestRecorder:
         slo_ttft, slo_tpot = self._slo
         met = (slo_ttft is None or ttft_ms <= slo_ttft) and (slo_tpot is None or tpot_ms <= slo_tpot)
         m.slo.inc(1, {**tags, "outcome": "met" if met else "missed"})
+        if self._predicted is not None:
+            predicted_ttft, predicted_tpot = self._predicted
+            if predicted_ttft > 0:
+                m.prediction_ratio.observe(ttft_ms / predicted_ttft, {**tags, "measure": "ttft"})
+            if predicted_tpot > 0 and completion_tokens > 1:
+                m.prediction_ratio.observe(tpot_ms / predicted_tpot, {**tags, "measure": "tpot"})

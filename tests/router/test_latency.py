@@ -317,3 +317,39 @@ def test_slot_wait_uses_the_known_decode_work_left_of_running_requests():
     nearly_done = load(running=16, queued=1, waiting_for_slot=1, decode_tokens_left=10.0)
     assert model.predict_ttft_ms(100, nearly_done) < model.predict_ttft_ms(100, full)
     assert model.predict_ttft_ms(100, nearly_done) == pytest.approx(150.0 + 10 * 70.0 / 16 + 1.5 * 30.0)
+
+
+@pytest.mark.parametrize("context_cost", [0.0, 0.002])
+def test_the_one_pass_prediction_is_the_two_predictions_it_stands_for(context_cost: float):
+    """``predict_request`` is the router's hot path: it must give exactly what ``predict_ttft_ms`` and
+    ``predict_load_tpot_ms`` give, over loads with and without queues, slot waits, prefill and a measured pace."""
+    rng = random.Random(7)
+    model = LatencyModel(LatencyProfile(tpot_ms_per_context_token=context_cost))
+    feed(model, 50)
+    for _ in range(500):
+        example = Load(
+            running=rng.choice([0.0, 0.5, rng.uniform(1, 100)]),
+            queued=rng.choice([0.0, rng.uniform(0, 30)]),
+            queued_prompt_tokens=rng.uniform(0, 50_000),
+            waiting_for_slot=rng.choice([0.0, rng.uniform(1, 10)]),
+            max_running=rng.randint(1, 128),
+            context_tokens=rng.uniform(0, 200_000),
+            startup_ms=rng.choice([0.0, 60_000.0]),
+            prefill_tokens_per_s=rng.choice([0.0, rng.uniform(0, 200_000)]),
+            decode_tokens_left=rng.choice([None, rng.uniform(0, 500)]),
+            measured_tpot_ms=rng.choice([0.0, rng.uniform(1, 100)]),
+            measured_batch=rng.choice([0.0, rng.uniform(0.5, 100)]),
+        )
+        prompt = rng.randint(1, 30_000)
+        ttft, tpot = model.predict_request(prompt, example)
+        assert ttft == model.predict_ttft_ms(prompt, example)
+        assert tpot == model.predict_load_tpot_ms(example, None, prompt)
+        idle = Load(
+            running=0.0,
+            queued=0.0,
+            queued_prompt_tokens=0.0,
+            waiting_for_slot=0.0,
+            max_running=example.max_running,
+            startup_ms=example.startup_ms,
+        )
+        assert model.predict_idle_ttft_ms(prompt, example.startup_ms) == model.predict_ttft_ms(prompt, idle)

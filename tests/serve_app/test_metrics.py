@@ -73,3 +73,57 @@ def test_off_loop_observer_keeps_the_newest_when_too_many_wait():
 
     _wait_for(lambda: len(histogram.calls) == 3)
     assert [c[0] for c in histogram.calls] == [2.0, 3.0, 4.0]
+
+
+class _Counter:
+    def inc(self, value: float, tags: dict[str, str]) -> None:
+        pass
+
+
+def _recorder_metrics() -> object:
+    from types import SimpleNamespace
+
+    counter = _Counter()
+    return SimpleNamespace(
+        requests=counter,
+        cancelled=counter,
+        prompt_tokens=counter,
+        completion_tokens=counter,
+        slo=counter,
+        ttft=_Histogram(),
+        e2e=_Histogram(),
+        itl_off_loop=_Histogram(),
+        prediction_ratio=_Histogram(),
+    )
+
+
+def test_a_served_request_records_measured_over_predicted_per_measure():
+    from router import Prediction
+    from serve_app.metrics import RequestRecorder
+
+    m = _recorder_metrics()
+    recorder = RequestRecorder(m, "tiny", 300.0, 50.0, Prediction(ttft_ms=1e-3, tpot_ms=1e-3, meets_slo=True))
+    recorder.chunk(1)
+    recorder.chunk(5)
+    recorder.finish(10, 5, 200)
+    ratios = {tags["measure"]: value for value, tags, _ in m.prediction_ratio.calls}
+    assert set(ratios) == {"ttft", "tpot"}
+    assert all(tags["variant"] == "tiny" for _, tags, _ in m.prediction_ratio.calls)
+    assert all(value > 1.0 for value in ratios.values())  # a microsecond was predicted: anything real is slower
+
+
+def test_failed_or_unpredicted_requests_record_no_prediction_error():
+    from router import Prediction
+    from serve_app.metrics import RequestRecorder
+
+    m = _recorder_metrics()
+    failed = RequestRecorder(m, "tiny", None, None, Prediction(ttft_ms=10.0, tpot_ms=5.0, meets_slo=True))
+    failed.chunk(1)
+    failed.finish(10, 1, 500)
+    unpredicted = RequestRecorder(m, "tiny", None, None)
+    unpredicted.chunk(1)
+    unpredicted.finish(10, 1, 200)
+    single = RequestRecorder(m, "tiny", None, None, Prediction(ttft_ms=10.0, tpot_ms=5.0, meets_slo=True))
+    single.chunk(1)
+    single.finish(10, 1, 200)
+    assert [tags["measure"] for _, tags, _ in m.prediction_ratio.calls] == ["ttft"]  # one token: no TPOT

@@ -1,0 +1,268 @@
+"""``python -m bench routing --scenario NAME``: a simulator fleet through the real stack, and the simulator beside it.
+
+The fleet is the scenario's pools on the emulated engine (:mod:`bench.fleet`), deployed once; each policy gets
+an ingress of its own routing to the same engine replicas (as in :mod:`bench.routing`). The rates are fractions
+of the capacity the simulator's engine models give the fleet (``sim.capacity.estimate_capacity``, the figure
+``python -m sim sweep`` places its rates by), so neither side chooses its own top rate. At each rate, every
+policy gets the scenario's own requests (the simulator's draws: send times, lengths, SLO tiers), and the
+simulator runs the same scenario with the same policy; the report puts the two side by side.
+
+No calibration and no warm-up: the router starts from the figures the simulator seeds it with (the engine
+profile's, ``sim.seed.router_seed``), as a user's deployment starts from its ``latency_profile``, and the first
+requests of a fresh ingress count like any other (the report shows each point's first 20% apart).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shlex
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from bench.client import TargetConfig
+from bench.fleet import app_args, fleet_scenario, scenario_requests
+from bench.load import drive
+from bench.loadgen import LoadConfig
+from bench.records import RequestRecord, write_jsonl
+from bench.report import machine_info
+from bench.routing_results import STEADY_FROM, Bar, SweepPoint, bar, sweep_point
+from bench.summary import Summary
+from sim.capacity import CapacityEstimate, estimate_capacity
+from sim.scenario import SCENARIOS, Scenario, simulate
+
+BASE_APP = "fleet"
+DEFAULT_FRACTIONS = (0.5, 1.0)
+MAX_SIM_GAP = 0.03  # the issue's bar: each policy within 3 points of the simulator
+
+
+class FleetPoint(BaseModel):
+    """One policy at one rate, measured through the stack and simulated on the same requests."""
+
+    fraction: float
+    real: SweepPoint
+    sim: SweepPoint
+
+
+class FleetSweep(BaseModel):
+    command: str
+    date: str
+    machine: dict[str, str]
+    wall_s: float
+    scenario: str
+    fleet_scale: float = Field(description="Share of the scenario's replicas and traffic run (bench.fleet).")
+    replicas: dict[str, int] = Field(description="Replicas per variant, as deployed.")
+    duration_s: float
+    capacity: CapacityEstimate
+    points: list[FleetPoint]
+    real_bar: Bar | None
+    sim_bar: Bar | None
+
+
+def _points(points: list[FleetPoint], side: str) -> list[SweepPoint]:
+    return [getattr(p, side) for p in points]
+
+
+def sim_gaps(points: list[FleetPoint]) -> dict[tuple[str, float], float]:
+    """Real minus simulated attainment per (policy, rate)."""
+    return {(p.real.policy, p.real.rate): p.real.summary.slo_attainment - p.sim.summary.slo_attainment for p in points}
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"
+
+
+def _tier(summary: Summary, tier: str) -> str:
+    group = summary.by_tier.get(tier)
+    return "-" if group is None else f"{group.slo_attainment:.0%}"
+
+
+def comparison_table(points: list[FleetPoint], variants: list[str], tiers: list[str]) -> str:
+    head = ["policy", "rate (req/s)", "requests", "attainment real / sim", "gap", "after the first 20% (real)"]
+    head += [f"{t} real / sim" for t in tiers]
+    head += [f"share {v} real / sim" for v in variants]
+    head += ["TTFT p50 / p99 real (ms)", "TTFT p50 / p99 sim (ms)", "errors real / sim"]
+    lines = [
+        "| " + " | ".join(head) + " |",
+        "|" + "|".join("---" if i == 0 else "---:" for i in range(len(head))) + "|",
+    ]
+    for p in points:
+        r, s = p.real.summary, p.sim.summary
+        cells = [
+            p.real.policy,
+            f"{p.real.rate:.2f}",
+            str(r.requests),
+            f"{r.slo_attainment:.1%} / {s.slo_attainment:.1%}",
+            f"{r.slo_attainment - s.slo_attainment:+.1%}",
+            _pct(p.real.steady_attainment),
+        ]
+        cells += [f"{_tier(r, t)} / {_tier(s, t)}" for t in tiers]
+        cells += [f"{p.real.variant_share.get(v, 0):.0%} / {p.sim.variant_share.get(v, 0):.0%}" for v in variants]
+        cells += [
+            f"{r.ttft_ms.p50 or 0:,.0f} / {r.ttft_ms.p99 or 0:,.0f}",
+            f"{s.ttft_ms.p50 or 0:,.0f} / {s.ttft_ms.p99 or 0:,.0f}",
+            f"{sum(r.errors_by_status.values())} / {sum(s.errors_by_status.values())}",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def bar_text(b: Bar | None) -> str:
+    if b is None:
+        return "no SLO policy point"
+    return (
+        f"at {b.rate:.2f} req/s: {b.policy} {b.attainment:.1%}, best baseline {b.best_baseline} "
+        f"{(b.best_baseline_attainment or 0):.1%}, margin {(b.margin or 0):+.1%} "
+        f"(bar: >= {b.min_attainment:.0%} and >= {b.min_margin:+.0%}) -> **{'met' if b.met else 'NOT met'}**"
+    )
+
+
+def render(sweep: FleetSweep, tiers: list[str]) -> str:
+    gaps = sim_gaps(sweep.points)
+    top = max((p.real.rate for p in sweep.points), default=0.0)
+    top_gaps = {policy: gap for (policy, rate), gap in gaps.items() if rate == top}
+    worst = max(top_gaps.items(), key=lambda kv: abs(kv[1]), default=None)
+    agreement = (
+        "no points"
+        if worst is None
+        else f"largest gap at the top rate: {worst[0]} {worst[1]:+.1%} (bar: every policy within "
+        f"{MAX_SIM_GAP:.0%}) -> **{'met' if abs(worst[1]) <= MAX_SIM_GAP else 'NOT met'}**"
+    )
+    variants = list(sweep.replicas)
+    e = sweep.capacity
+    return "\n".join(
+        [
+            f"# Routing through the real stack: {sweep.scenario}",
+            "",
+            f"* Command: `{sweep.command}`",
+            f"* Date: {sweep.date}; wall time {sweep.wall_s:.0f} s",
+            "* Machine: " + ", ".join(f"{k} {v}" for k, v in sweep.machine.items()),
+            f"* Fleet: {', '.join(f'{v} x{n}' for v, n in sweep.replicas.items())} on the emulated engine "
+            f"(fleet scale {sweep.fleet_scale:g} of the scenario's, traffic scaled with it)",
+            f"* Each point: the scenario's requests for {sweep.duration_s:g} s, then every request in flight runs to "
+            "its end; the simulator runs the same scenario (same requests, same policy, same router seed).",
+            "* No calibration and no warm-up: the router starts from the engine profiles' figures.",
+            f"* Capacity (simulator's engine models, before any policy ran): {e.capacity:.2f} req/s "
+            f"({e.bottleneck} saturates first)",
+            "",
+            "## Real stack against the simulator",
+            "",
+            comparison_table(sweep.points, variants, tiers),
+            "",
+            f"**Bar, real stack:** {bar_text(sweep.real_bar)}",
+            "",
+            f"**Bar, simulator:** {bar_text(sweep.sim_bar)}",
+            "",
+            f"**Agreement:** {agreement}",
+            "",
+        ]
+    )
+
+
+async def _send(url: str, model: str, specs: list, duration_s: float, timeout_s: float) -> list[RequestRecord]:
+    target = TargetConfig(url=url, model=model, request_timeout_s=timeout_s)
+    result, _ = await drive(
+        target, LoadConfig(duration_s=duration_s, progress=False), iter(specs), poll=False, poll_interval_s=1.0
+    )
+    return sorted(result.records, key=lambda r: r.index)
+
+
+def _point(policy: str, rate: float, records: list[RequestRecord], scenario: Scenario, duration_s: float) -> SweepPoint:
+    qualities = {p.name: p.quality for p in scenario.pools}
+    long_prompt = scenario.router.length_threshold_tokens  # what length_threshold counts as long
+    return sweep_point(
+        policy, rate, records, long_prompt_tokens=long_prompt, qualities=qualities, duration_s=duration_s
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from ray import serve
+
+    from bench.local_serve import local_serve
+    from bench.routing import _log, _policy_ingress, engine_limits, policy_args
+    from serve_app.app import build_app
+
+    started = time.monotonic()
+    make = SCENARIOS[args.scenario]
+    duration_s = args.duration_s or (20.0 if args.quick else 60.0)
+    fractions = args.rate_fractions or list(DEFAULT_FRACTIONS)
+    base = fleet_scenario(make, duration_s, 1.0, args.fleet_scale)
+    estimate = estimate_capacity(base)
+    base_args = app_args(base)
+    timeout_s = args.request_timeout_s or 300.0
+    out = args.out or Path(f"bench/results/routing-fleet/{args.scenario}")
+    command = shlex.join(["python", "-m", "bench", *getattr(args, "argv", sys.argv[1:])])
+    model = base_args["model_name"]
+    replicas = {v["name"]: v["num_replicas"] for v in base_args["variants"]}
+    points: list[FleetPoint] = []
+    with local_serve("bench-routing-fleet") as base_url:
+        serve.run(build_app(base_args), name=BASE_APP, route_prefix="/")
+        limits = asyncio.run(engine_limits(base_url))
+        _log(started, f"fleet up: {limits}; capacity {estimate.capacity:.2f} req/s")
+        names = {policy: f"routing-{policy.replace('_', '-')}" for policy in args.policies}
+        serve.run_many(
+            [
+                serve.RunTarget(
+                    _policy_ingress(policy_args(base_args, policy, None, args.router), BASE_APP),
+                    name=name,
+                    route_prefix=f"/{name}",
+                )
+                for policy, name in names.items()
+            ]
+        )
+        _log(started, f"ingresses up: {', '.join(names.values())}")
+        for i, fraction in enumerate(fractions):
+            scenario = fleet_scenario(make, duration_s, fraction * estimate.rate_scale, args.fleet_scale)
+            scenario = scenario.model_copy(update={"seed": args.seed + i})
+            specs = scenario_requests(scenario)
+            rate = round(fraction * estimate.capacity, 2)
+            for policy, name in names.items():
+                records = asyncio.run(_send(f"{base_url}/{name}", model, specs, duration_s, timeout_s))
+                write_jsonl(records, out / policy / f"rate-{rate:g}" / "records.jsonl")
+                sim_result, _ = simulate(scenario, policy, "static")
+                write_jsonl(sim_result.records, out / policy / f"rate-{rate:g}" / "sim-records.jsonl")
+                point = FleetPoint(
+                    fraction=fraction,
+                    real=_point(policy, rate, records, scenario, duration_s),
+                    sim=_point(policy, rate, sim_result.records, scenario, duration_s),
+                )
+                points.append(point)
+                _log(
+                    started,
+                    f"{policy} @ {rate:.2f} req/s: {len(records)} requests, real "
+                    f"{point.real.summary.slo_attainment:.1%} (first {STEADY_FROM:.0%} excluded: "
+                    f"{_pct(point.real.steady_attainment)}), sim {point.sim.summary.slo_attainment:.1%}, "
+                    f"errors {point.real.summary.errors_by_status}",
+                )
+
+    order = {policy: i for i, policy in enumerate(args.policies)}
+    points.sort(key=lambda p: (order[p.real.policy], p.real.rate))
+    has_slo = any(p.real.policy == "slo" for p in points)
+    sweep = FleetSweep(
+        command=command,
+        date=datetime.now(UTC).isoformat(timespec="seconds"),
+        machine=machine_info(),
+        wall_s=time.monotonic() - started,
+        scenario=base.name,
+        fleet_scale=args.fleet_scale,
+        replicas=replicas,
+        duration_s=duration_s,
+        capacity=estimate,
+        points=points,
+        real_bar=bar(_points(points, "real")) if has_slo else None,
+        sim_bar=bar(_points(points, "sim")) if has_slo else None,
+    )
+    tiers = sorted({t for p in points for t in p.real.summary.by_tier})
+    out.mkdir(parents=True, exist_ok=True)
+    for path in (out / "sweep.json", args.json):
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(sweep.model_dump_json(indent=2) + "\n")
+    report = render(sweep, tiers)
+    (out / "report.md").write_text(report)
+    print(report)
+    return 0
