@@ -39,3 +39,19 @@ def test_plots_of_an_empty_run(tmp_path):
     paths = write_plots([], tmp_path)
     assert all(p.stat().st_size > 0 for p in paths.values())
     assert np.sum(offered_load([], 1.0)[1]) == 0
+
+
+def test_the_spike_plot_draws_every_variant_under_every_mode(tmp_path):
+    from bench.plots import spike_plot
+
+    met = records()
+    for r in met:
+        r.slo_met = r.status == 200
+    replicas = {
+        "engine_load": [ReplicaSample(0, "small", 1), ReplicaSample(2, "small", 3), ReplicaSample(0, "big", 1)],
+        "fixed": [ReplicaSample(0, "small", 4), ReplicaSample(0, "big", 2)],
+    }
+
+    path = spike_plot({"engine_load": met, "fixed": met}, replicas, ["small", "big"], tmp_path / "spike.png")
+
+    assert path.read_bytes().startswith(PNG)
