@@ -145,6 +145,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--duration-s", type=float, default=None, help="trace length (default: the shape's)")
     p.add_argument("--startup-time-scale", type=float, default=None, help="presets' cold start x this (default 0.1)")
     p.add_argument("--sim-only", action="store_true", help="only the simulator (seconds; for sizing a fleet)")
+    p.add_argument(
+        "--sim-extra-startup-s",
+        type=float,
+        default=None,
+        help="with --sim-only: also simulate with this much start-up on top of the engine's (what a real run measured)",
+    )
     p.add_argument("--out", type=Path, default=Path("bench/results/spike"), help="directory for all outputs")
     p.add_argument("--json", type=Path, default=None, help="also write the comparison JSON here")
     p.add_argument("--num-cpus", type=int, default=8, help="logical CPUs of the local Ray cluster")
@@ -174,6 +180,7 @@ def render(
     real: Sequence[ModeReport],
     sims: Mapping[str, Sequence[ModeReport]],
     startup: dict[str, float | None],
+    extra_s: float | None = None,
 ) -> str:
     shape = SHAPES[shape_name]
     windows = ", ".join(f"{a:.0f}-{b:.0f} s" for a, b in shape.peak_windows())
@@ -203,7 +210,17 @@ def render(
         lines.append(f"| measured mean start-up of a new {name} replica | {'-' if s is None else f'{s:.1f} s'} |")
     lines += ["", "## Real stack and simulator", ""]
     lines += table([*real, *(r for rs in sims.values() for r in rs)])
-    lines += ["", "Simulator rows: " + "; ".join(f"`{k}`" for k in sims), ""]
+    lines += [
+        "",
+        "Runs: `serve`: the real stack; `sim`: `python -m sim`'s engine and Serve models on the same fleet, trace, "
+        "router and policy, first with the presets' cold starts only"
+        + (
+            ""
+            if extra_s is None
+            else f", then with {extra_s:.1f} s more per replica start (what this machine measured)"
+        ),
+        "",
+    ]
     if real and "sim (measured start-up)" in sims:
         lines += ["## Simulated less measured", "", "| mode | attainment during (points) | replica ratio (points) |"]
         lines += ["|---|---:|---:|"]
@@ -252,11 +269,16 @@ def run(args: argparse.Namespace) -> int:
             for v in fleet.variants
             if (s := startup[v.name]) is not None
         ]
+        extra = None
         if measured:
             # What Serve adds to the engine's own cold start on this machine (a worker process, imports, placement).
             extra = max(0.0, sum(measured) / len(measured))
+        elif args.sim_extra_startup_s is not None:
+            extra = args.sim_extra_startup_s
+        if extra is not None:
             sims["sim (measured start-up)"] = _simulate(fleet, shape_name, duration, modes, args.seed, extra)
-        (out / "report.md").write_text(render(shape_name, fleet, duration, command, real, sims, startup))
+            payload.setdefault("extra_startup_s", {})[shape_name] = extra
+        (out / "report.md").write_text(render(shape_name, fleet, duration, command, real, sims, startup, extra))
         if records_by_mode:
             plots.spike_plot(
                 records_by_mode, ready_by_mode, [v.name for v in fleet.variants], out / "load_and_replicas.png"
