@@ -297,20 +297,23 @@ class Ingress:
             created=int(time.time()),
             chat=chat,
         )
+        echo = self._prompts.text(req.prompt) if not chat and req.echo else ""  # the prompt, before the completion
         if req.stream:
             return StreamingResponse(
-                self._relay(flight, first, shape, req.include_usage),
+                self._relay(flight, first, shape, req.include_usage, echo),
                 media_type="text/event-stream",
                 headers={**flight.headers, "cache-control": "no-cache"},
             )
-        return await self._collect(flight, first, shape)
+        return await self._collect(flight, first, shape, echo)
 
     async def _relay(
-        self, flight: _Flight, first: Delta, shape: ResponseShape, include_usage: bool
+        self, flight: _Flight, first: Delta, shape: ResponseShape, include_usage: bool, echo: str = ""
     ) -> AsyncIterator[bytes]:
         last = first
         status = 499  # the client went away, unless the stream ends another way
         try:
+            if echo:
+                yield shape.sse_chunk(echo, None)
             async with aclosing(self._deltas(flight, first)) as deltas:
                 async for delta in deltas:
                     last = delta
@@ -328,8 +331,8 @@ class Ingress:
         finally:
             self._finish(flight, last, status)
 
-    async def _collect(self, flight: _Flight, first: Delta, shape: ResponseShape) -> Response:
-        parts = []
+    async def _collect(self, flight: _Flight, first: Delta, shape: ResponseShape, echo: str = "") -> Response:
+        parts = [echo]
         last = first
         status = 499  # the client went away, unless the request ends another way
         try:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictFloat, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, ValidationError, field_validator
 
 from engines.errors import InvalidRequestError
 from engines.protocol import SamplingParams
@@ -121,7 +121,6 @@ class _SamplingFields(BaseModel):
 # sends a request using them only to a variant whose backend implements them (engines.protocol.SAMPLING_FIELDS).
 UNSUPPORTED_COMPLETION: dict[str, tuple[Any, ...]] = {
     "best_of": (None, 1),
-    "echo": (None, False),
     "logprobs": (None,),
     "suffix": (None, ""),
 }
@@ -179,6 +178,9 @@ class CompletionRequest(_SamplingFields):
     ignored: ClassVar[tuple[str, ...]] = IGNORED_COMPLETION
 
     prompt: str | list[int] | list[str] | list[list[int]]
+    echo: StrictBool | None = Field(
+        None, description="Send the prompt back before the completion (a token-id prompt as its decoded text)."
+    )
 
     @field_validator("prompt")
     @classmethod

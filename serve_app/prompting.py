@@ -59,6 +59,10 @@ class PromptBuilder:
             )
         return list(prompt)
 
+    def text(self, prompt: str | list[int]) -> str:
+        """The prompt as text, for ``echo``: a token-id prompt decoded as outputs are (special tokens left out)."""
+        return prompt if isinstance(prompt, str) else str(self.tokenizer.decode(prompt))
+
     def chat(self, messages: Sequence[ChatMessage]) -> list[int]:
         if not getattr(self.tokenizer, "chat_template", None):
             raise InvalidRequestError("This model has no chat template: use /v1/completions.", param="messages")

@@ -62,6 +62,18 @@ def test_openai_completion_streaming_and_not(client):
     assert full.usage is not None and full.usage.completion_tokens <= 10
 
 
+def test_echo_sends_the_prompt_back_before_the_completion(client):
+    full = client.completions.create(model=MODEL, prompt="Once upon", max_tokens=6, temperature=0, echo=True)
+    plain = client.completions.create(model=MODEL, prompt="Once upon", max_tokens=6, temperature=0)
+    assert full.choices[0].text == "Once upon" + plain.choices[0].text
+    assert full.usage is not None and full.usage.completion_tokens == plain.usage.completion_tokens  # type: ignore[union-attr]
+    stream = client.completions.create(
+        model=MODEL, prompt="Once upon", max_tokens=6, temperature=0, echo=True, stream=True
+    )
+    chunks = [c.choices[0].text for c in stream if c.choices]
+    assert chunks[0] == "Once upon" and "".join(chunks) == full.choices[0].text
+
+
 def test_openai_chat_streaming_with_usage_and_not(client):
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say hello"}]
     stream = client.chat.completions.create(

@@ -33,7 +33,7 @@ def test_every_field_of_openais_request_is_in_the_schema(model, params):
 
 def test_refused_fields_list_the_values_they_accept(document):
     properties = document["components"]["schemas"]["CompletionRequest"]["properties"]
-    assert properties["echo"]["enum"] == [None, False]
+    assert properties["best_of"]["enum"] == [None, 1]
     assert properties["suffix"]["enum"] == [None, ""]
 
 

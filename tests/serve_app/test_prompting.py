@@ -55,3 +55,9 @@ def test_an_empty_prompt_is_refused_before_routing(prompts, prompt):
 
 def test_four_byte_characters_and_nul_are_text(prompts):
     assert prompts.completion("emoji 🙂 and \x00 nul")
+
+
+def test_echo_text_is_the_prompt_or_its_ids_decoded(prompts):
+    assert prompts.text("The river") == "The river"
+    ids = prompts.tokenizer.encode("The river", add_special_tokens=False)
+    assert prompts.text(list(ids)) == "The river"
