@@ -164,6 +164,19 @@ class RouterConfig(_Strict):
         "exceeded its decision-time predictions) to add to its predictions before judging the SLO; 0 "
         "judges on the mean prediction alone.",
     )
+    cold_start_margin: float = Field(
+        0.5,
+        ge=0,
+        description="The error margin a variant's latency model is assumed to have before it has seen its own "
+        "decision-time errors (a fresh ingress, a new variant): blended out as they come, "
+        "cold_start_observations of them weighing as much as the assumption. 0: trust a new model at once.",
+    )
+    cold_start_observations: float = Field(
+        32.0,
+        ge=0,
+        description="How many of its own decision-time errors a variant's model must see before they weigh as "
+        "much as cold_start_margin; 0 turns the assumption off.",
+    )
     quality_tolerance: float = Field(
         0.05,
         ge=0,

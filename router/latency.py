@@ -64,7 +64,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from router.config import LatencyProfile
+from router.config import LatencyProfile, RouterConfig
 
 # Prior strength, in observations: how many finished requests it takes to overrule the seed figures.
 # Defaults are guesses, so the first few requests mostly replace them; a measured profile holds longer.
@@ -201,19 +201,32 @@ class _UpperQuantile:
     Each error moves the estimate up by ``step * level`` when above it and down by ``step * (1 - level)``
     otherwise, which settles where a ``level`` fraction of errors lie below. Bounded to [0, ``upper``]:
     a model that is pessimistic is corrected by its weights, not rewarded with a negative margin.
+
+    Until it has seen errors the estimate knows nothing (it starts at 0 and climbs by ``step * level`` a
+    time, ~50 errors to reach a margin of 1), so :attr:`value` blends it with a ``prior`` margin, worth
+    ``prior_weight`` errors: a fresh model is not trusted as if it had been checked many times.
     """
 
-    def __init__(self, level: float, step: float = 0.02, upper: float = 3.0) -> None:
+    def __init__(
+        self, level: float, step: float = 0.02, upper: float = 3.0, prior: float = 0.0, prior_weight: float = 0.0
+    ) -> None:
         self.level = level
         self.step = step
         self.upper = upper
-        self.value = 0.0
+        self.prior = prior
+        self.prior_weight = prior_weight
+        self.estimate = 0.0
+        self.count = 0
+        self.value = prior if prior_weight > 0 else 0.0
 
     def add(self, relative_error: float) -> None:
-        if relative_error > self.value:
-            self.value = min(self.upper, self.value + self.step * self.level)
+        if relative_error > self.estimate:
+            self.estimate = min(self.upper, self.estimate + self.step * self.level)
         else:
-            self.value = max(0.0, self.value - self.step * (1.0 - self.level))
+            self.estimate = max(0.0, self.estimate - self.step * (1.0 - self.level))
+        self.count += 1
+        weight = self.prior_weight
+        self.value = (self.count * self.estimate + weight * self.prior) / (self.count + weight)
 
 
 # Prefill may use at most this share of a replica's time in the TPOT prediction: beyond it the replica
@@ -239,12 +252,15 @@ class LatencyModel:
         forgetting: float = 0.95,
         clip: float = 3.0,
         error_quantile: float = 0.97,
+        prior_margin: float = 0.0,
+        prior_margin_weight: float = 0.0,
     ) -> None:
         """``profile`` seeds the weights (None: the pessimistic defaults). ``prior_observations`` is how
         many finished requests it takes to overrule the seed (None: 4 for a profile, 0.25 for the
         defaults); ``forgetting`` the weight an observation keeps per later one (0.95: the last ~20
         count); ``clip`` how many typical errors one observation may count as at most;
-        ``error_quantile`` the quantile of decision-time errors the margins track."""
+        ``error_quantile`` the quantile of decision-time errors the margins track; ``prior_margin`` the margin
+        assumed before any, worth ``prior_margin_weight`` of them (RouterConfig.cold_start_margin)."""
         if prior_observations is None:
             prior_observations = _DEFAULT_PRIOR_OBSERVATIONS if profile is None else _PROFILE_PRIOR_OBSERVATIONS
         if prior_observations <= 0 or not 0 < forgetting <= 1 or clip <= 0 or not 0 < error_quantile < 1:
@@ -294,8 +310,8 @@ class LatencyModel:
             clip=clip,
         )
         self.observations = 0
-        self._ttft_error = _UpperQuantile(error_quantile)
-        self._tpot_error = _UpperQuantile(error_quantile)
+        self._ttft_error = _UpperQuantile(error_quantile, prior=prior_margin, prior_weight=prior_margin_weight)
+        self._tpot_error = _UpperQuantile(error_quantile, prior=prior_margin, prior_weight=prior_margin_weight)
 
     @property
     def prefill_ms_per_token(self) -> float:
@@ -533,6 +549,13 @@ def _track(error: _UpperQuantile, observed_ms: float, predicted_ms: float | None
         return
     relative = observed_ms / predicted_ms - 1.0
     # A censored outcome is at least this late: only a bound above the margin is informative.
-    if censored and relative <= error.value:
+    if censored and relative <= error.estimate:
         return
     error.add(relative)
+
+
+def new_latency_model(profile: LatencyProfile | None, config: RouterConfig) -> LatencyModel:
+    """A variant's model as the router keeps it: seeded by ``profile``, with the config's cold-start margin."""
+    return LatencyModel(
+        profile, prior_margin=config.cold_start_margin, prior_margin_weight=config.cold_start_observations
+    )

@@ -17,8 +17,9 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from router import Decision, LatencyModel, Prediction, Reason, RequestFeatures, RouterState, VariantView, route
+from router import Decision, Prediction, Reason, RequestFeatures, RouterState, VariantView, route
 from router.inflight import InflightBook, RouteTicket
+from router.latency import new_latency_model
 from router.load import decode_pace
 from router.policy import missing_fields, reject_unsupported
 from router.redirect import RedirectedDemand, redirected_from
@@ -54,7 +55,7 @@ class RoutingTable:
         self._published: dict[str, float] = {}
         self._snapshot: dict[str, list[dict]] = {}
         self._variants = {v.name: v for v in config.variants}
-        self._models = {v.name: LatencyModel(v.latency_profile) for v in config.variants}
+        self._models = {v.name: new_latency_model(v.latency_profile, config.router) for v in config.variants}
         self._book = InflightBook(self._models)
         self._report_at: dict[str, float] = {}  # when each variant's figures were measured (monotonic)
         self._state = RouterState()

@@ -22,8 +22,9 @@ from typing import Any
 from bench.records import RequestRecord, slo_met, time_per_output_token
 from bench.replicas import ReplicaSample
 from engines.profile import EngineProfile
-from router import LatencyModel, LatencyProfile, RouterConfig, RouterState, VariantView, route
+from router import LatencyProfile, RouterConfig, RouterState, VariantView, route
 from router.inflight import InflightBook
+from router.latency import new_latency_model
 from router.load import decode_pace
 from router.redirect import RedirectedDemand, redirected_from
 from serve_app.config import AutoscalingSpec, ReplicaChoice
@@ -87,7 +88,7 @@ class Simulation:
         self.autoscalers = {
             v.name: SimAutoscaler(v.autoscaling, v.policy) for v in self.variants.values() if v.autoscaling
         }
-        self.models = {v.name: LatencyModel(v.latency_profile) for v in self.variants.values()}
+        self.models = {v.name: new_latency_model(v.latency_profile, router) for v in self.variants.values()}
         self.state = RouterState()
         self.book = InflightBook(self.models)  # the ingress's own bookkeeping, as RoutingTable keeps it
         self.redirected = RedirectedDemand()  # demand spilled or shed away from its preferred variant (ditto)

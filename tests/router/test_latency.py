@@ -353,3 +353,20 @@ def test_the_one_pass_prediction_is_the_two_predictions_it_stands_for(context_co
             startup_ms=example.startup_ms,
         )
         assert model.predict_idle_ttft_ms(prompt, example.startup_ms) == model.predict_ttft_ms(prompt, idle)
+
+
+def test_a_fresh_model_is_not_trusted_as_if_checked_many_times():
+    from router import RouterConfig
+    from router.latency import new_latency_model
+
+    model = new_latency_model(PROFILE, RouterConfig())  # cold start: margin 0.5, worth 32 errors
+    assert model.ttft_margin == model.tpot_margin == 0.5
+    for _ in range(8):
+        model.observe_ttft(100, 150.0, predicted_ms=150.0)  # exact predictions
+    assert 0.0 < model.ttft_margin < 0.5  # the assumption fades as its own errors come in...
+    assert model.tpot_margin == 0.5  # ...per measure
+    for _ in range(2000):
+        model.observe_ttft(100, 150.0, predicted_ms=150.0)
+    assert model.ttft_margin < 0.01  # and is gone once many say the model is right
+    off = new_latency_model(PROFILE, RouterConfig(cold_start_margin=0.0))
+    assert off.ttft_margin == 0.0
