@@ -144,6 +144,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--mode", choices=MODES, action="append", default=None, help="run only these (repeatable)")
     p.add_argument("--duration-s", type=float, default=None, help="trace length (default: the shape's)")
     p.add_argument("--startup-time-scale", type=float, default=None, help="presets' cold start x this (default 0.1)")
+    p.add_argument(
+        "--scale-ahead-s",
+        type=float,
+        default=None,
+        help="our policy's predictive term (AutoscalingSpec.scale_ahead_s): set it to a new replica's start-up time",
+    )
     p.add_argument("--sim-only", action="store_true", help="only the simulator (seconds; for sizing a fleet)")
     p.add_argument(
         "--sim-extra-startup-s",
@@ -200,7 +206,8 @@ def render(
             for v in fleet.variants
         ),
         f"* Scaling: look-back {fleet.look_back_period_s:g} s, metrics every {fleet.metrics_interval_s:g} s, "
-        f"target batch utilization {fleet.target_batch_utilization:g}; Serve's default with "
+        f"target batch utilization {fleet.target_batch_utilization:g}, scale ahead {fleet.scale_ahead_s:g} s; "
+        "Serve's default with "
         + ", ".join(f"target_ongoing_requests {v.target_ongoing_requests:g} ({v.name})" for v in fleet.variants),
         "",
         "| | |",
@@ -244,6 +251,8 @@ def run(args: argparse.Namespace) -> int:
         fleet = fleet_for(shape_name)
         if args.startup_time_scale is not None:
             fleet = fleet.model_copy(update={"startup_time_scale": args.startup_time_scale})
+        if args.scale_ahead_s is not None:
+            fleet = fleet.model_copy(update={"scale_ahead_s": args.scale_ahead_s})
         shape, duration = SHAPES[shape_name], args.duration_s or DURATIONS_S[shape_name]
         out = args.out / shape_name
         out.mkdir(parents=True, exist_ok=True)

@@ -99,6 +99,9 @@ class SpikeFleet(BaseModel):
     slo_ttft_ms: float = Field(gt=0)
     slo_tpot_ms: float = Field(gt=0)
     target_batch_utilization: float = Field(gt=0, le=1, description="Our policy: share of batch slots to fill.")
+    scale_ahead_s: float = Field(
+        0.0, ge=0, description="Our policy's predictive term: ask for the demand this far ahead while it rises."
+    )
     look_back_period_s: float = Field(gt=0, description="Serve averages replica figures over this window.")
     metrics_interval_s: float = Field(gt=0, description="How often replicas push figures to Serve's controller.")
     objective: Literal["cost", "quality"] = Field(
@@ -126,6 +129,7 @@ class SpikeFleet(BaseModel):
             "look_back_period_s": self.look_back_period_s,
             "metrics_interval_s": self.metrics_interval_s,
             "target_batch_utilization": self.target_batch_utilization,
+            "scale_ahead_s": self.scale_ahead_s,
             "ttft_target_ms": self.slo_ttft_ms,
             "tpot_target_ms": self.slo_tpot_ms,
         }

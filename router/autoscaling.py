@@ -83,6 +83,8 @@ class ScalingTargets:
     tpot_target_ms: float | None = None
     slo_headroom: float = 0.1
     fallback_target_ongoing_requests: float = 16.0
+    scale_ahead_s: float = 0.0  # predictive term: ask for the demand this far ahead while it rises (0: off)
+    trend_window_s: float = 10.0  # the window its trend is fitted over
 
     def __post_init__(self) -> None:
         problems = []
@@ -92,7 +94,9 @@ class ScalingTargets:
             problems.append(f"target_kv_fraction must be in (0, 1], got {self.target_kv_fraction}")
         if not 0 <= self.slo_headroom < 1:
             problems.append(f"slo_headroom must be in [0, 1), got {self.slo_headroom}")
-        for name in ("target_queued_prompt_tokens", "fallback_target_ongoing_requests"):
+        if self.scale_ahead_s < 0:
+            problems.append(f"scale_ahead_s must be >= 0, got {self.scale_ahead_s}")
+        for name in ("target_queued_prompt_tokens", "fallback_target_ongoing_requests", "trend_window_s"):
             if getattr(self, name) <= 0:
                 problems.append(f"{name} must be > 0, got {getattr(self, name)}")
         for name in ("ttft_target_ms", "tpot_target_ms"):
@@ -180,3 +184,35 @@ def desired_replicas(ctx: ScalingContext, targets: ScalingTargets) -> ScalingDec
     wanted = math.ceil(ask - _EPSILON)
     replicas = min(max(wanted, ctx.min_replicas), ctx.max_replicas)
     return ScalingDecision(replicas=replicas, signal=signal, by_signal=asks)
+
+
+def rising_trend(history: Sequence[tuple[float, float]]) -> float:
+    """The least-squares slope (replicas per second) of ``(time, demand)`` points; 0 when flat or falling."""
+    if len(history) < 3:
+        return 0.0
+    mean_t = sum(t for t, _ in history) / len(history)
+    mean_d = sum(d for _, d in history) / len(history)
+    spread = sum((t - mean_t) ** 2 for t, _ in history)
+    if spread <= 0:
+        return 0.0
+    slope = sum((t - mean_t) * (d - mean_d) for t, d in history) / spread
+    return max(0.0, slope)
+
+
+def scaled_ahead(
+    decision: ScalingDecision, history: Sequence[tuple[float, float]], ctx: ScalingContext, targets: ScalingTargets
+) -> ScalingDecision:
+    """``decision`` raised to the demand ``targets.scale_ahead_s`` ahead while it rises (never lowered).
+
+    A replica asked for now serves only after its start-up; under a rising load it then meets the demand of
+    then, not of now. ``history`` holds the ``(time, demand)`` of recent decisions (the caller keeps it over
+    ``trend_window_s``; the demand is the largest signal's ask). Only upward: a falling trend never removes
+    replicas early, Serve's downscale delay still decides that.
+    """
+    if targets.scale_ahead_s <= 0 or ctx.current_replicas == 0 or not history:
+        return decision
+    ahead = history[-1][1] + rising_trend(history) * targets.scale_ahead_s
+    wanted = min(max(math.ceil(ahead - _EPSILON), decision.replicas), ctx.max_replicas)
+    if wanted <= decision.replicas:
+        return decision
+    return ScalingDecision(replicas=wanted, signal="trend", by_signal={**decision.by_signal, "trend": ahead})

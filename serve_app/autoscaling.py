@@ -27,7 +27,7 @@ from collections import deque
 from typing import Any
 
 from engines.protocol import Delta, EngineStats
-from router.autoscaling import ReplicaLoad, ScalingContext, ScalingTargets, desired_replicas
+from router.autoscaling import ReplicaLoad, ScalingContext, ScalingTargets, desired_replicas, scaled_ahead
 
 # The figures a replica reports (Serve wants a flat dict of numbers); 0 latency means "no recent request".
 RUNNING = "engine_running_requests"
@@ -162,14 +162,27 @@ def scaling_context(ctx: Any) -> ScalingContext:
 
 
 class EngineLoadPolicy:
-    """Serve's custom autoscaling policy for a variant: ``policy_kwargs`` are :class:`ScalingTargets`."""
+    """Serve's custom autoscaling policy for a variant: ``policy_kwargs`` are :class:`ScalingTargets`.
+
+    Its only state is the recent demand (``(time, replicas asked)`` over ``trend_window_s``) for the predictive
+    term (``scale_ahead_s``); the time is the context's ``current_time`` (Serve's controller clock, or the
+    simulator's).
+    """
 
     def __init__(self, **targets: Any) -> None:
         self.targets = ScalingTargets(**targets)
+        self._demand: deque[tuple[float, float]] = deque()
 
     def __call__(self, ctx: Any) -> tuple[int, dict[str, Any]]:
-        decision = desired_replicas(scaling_context(ctx), self.targets)
-        # No state of our own: Serve keeps its delay bookkeeping in the dict it merges this into.
+        scaling = scaling_context(ctx)
+        decision = desired_replicas(scaling, self.targets)
+        if self.targets.scale_ahead_s > 0 and scaling.current_replicas > 0:
+            now = float(getattr(ctx, "current_time", None) or time.time())
+            self._demand.append((now, max(decision.by_signal.values(), default=0.0)))
+            while self._demand and self._demand[0][0] < now - self.targets.trend_window_s:
+                self._demand.popleft()
+            decision = scaled_ahead(decision, list(self._demand), scaling, self.targets)
+        # Serve keeps its delay bookkeeping in the dict it merges this into.
         return decision.replicas, {}
 
 

@@ -200,6 +200,16 @@ class AutoscalingSpec(_Strict):
     slo_headroom: float = Field(
         0.1, ge=0, lt=1, description="engine_load: fraction of the latency targets kept as margin."
     )
+    scale_ahead_s: float = Field(
+        0.0,
+        ge=0,
+        description="engine_load: a predictive term. While demand rises, ask for what it will be this many seconds "
+        "ahead (its linear trend over trend_window_s), so that replicas started now are ready when it arrives; "
+        "set it to the time a new replica takes to start. 0 (the default) asks for today's demand only.",
+    )
+    trend_window_s: float = Field(
+        10.0, gt=0, description="engine_load: the window over which the demand's trend is fitted (scale_ahead_s)."
+    )
     look_back_period_s: float = Field(
         30.0,
         gt=0,
@@ -264,6 +274,8 @@ class AutoscalingSpec(_Strict):
             "tpot_target_ms": self.tpot_target_ms,
             "slo_headroom": self.slo_headroom,
             "fallback_target_ongoing_requests": self.target_ongoing_requests,
+            "scale_ahead_s": self.scale_ahead_s,
+            "trend_window_s": self.trend_window_s,
         }
 
 

@@ -51,6 +51,7 @@ class SimAutoscalingContext:
     total_queued_requests: float
     total_num_requests: float
     target_ongoing_requests: float
+    current_time: float = 0.0  # the simulated clock, as Ray's context carries the controller's
     policy_state: dict[str, Any] = field(default_factory=dict)
 
 
@@ -208,6 +209,7 @@ class SimAutoscaler:
             total_queued_requests=self._pushed_totals.get("queued", 0.0),
             total_num_requests=ongoing,
             target_ongoing_requests=spec.target_ongoing_requests,
+            current_time=now,
         )
         if ctx.current_num_replicas == 0 and ctx.total_num_requests > 0:  # Serve's cold-start path
             return min(max(1, current_target), spec.max_replicas)

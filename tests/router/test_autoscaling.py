@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from router.autoscaling import ReplicaLoad, ScalingContext, ScalingTargets, demand_by_signal, desired_replicas
+from router.autoscaling import (
+    ReplicaLoad,
+    ScalingContext,
+    ScalingTargets,
+    demand_by_signal,
+    desired_replicas,
+    rising_trend,
+    scaled_ahead,
+)
 
 TARGETS = ScalingTargets(target_batch_utilization=0.75, target_queued_prompt_tokens=4096, target_kv_fraction=0.8)
 
@@ -197,3 +205,27 @@ def test_unreported_latency_is_no_signal():
 def test_impossible_targets_are_refused(bad):
     with pytest.raises(ValueError, match=next(iter(bad))):
         ScalingTargets(**bad)
+
+
+# --- the predictive term ------------------------------------------------------------------------------
+
+
+def test_the_trend_is_the_least_squares_slope_and_never_negative():
+    assert rising_trend([(0.0, 1.0), (1.0, 2.0), (2.0, 3.0)]) == pytest.approx(1.0)
+    assert rising_trend([(0.0, 3.0), (1.0, 2.0), (2.0, 1.0)]) == 0.0
+    assert rising_trend([(0.0, 1.0), (1.0, 2.0)]) == 0.0  # too few points to call it a trend
+
+
+def test_a_rising_demand_is_met_where_it_will_be_once_new_replicas_are_up():
+    ahead = ScalingTargets(scale_ahead_s=10.0)
+    ctx = context(replica(running_requests=16))
+    now = desired_replicas(ctx, ahead)  # 16 / 12 -> 2 replicas
+    history = [(0.0, 1.0), (1.0, 1.2), (2.0, 1.4)]  # +0.2 replicas a second
+
+    later = scaled_ahead(now, history, ctx, ahead)
+
+    assert (later.replicas, later.signal) == (4, "trend")  # 1.4 + 0.2 x 10 = 3.4
+    assert scaled_ahead(now, history, ctx, ScalingTargets()).replicas == now.replicas  # off by default
+    falling = [(0.0, 3.0), (1.0, 2.0), (2.0, 1.4)]
+    assert scaled_ahead(now, falling, ctx, ahead).replicas == now.replicas  # never lowers, never early down
+    assert scaled_ahead(now, [(0.0, 1.0), (1.0, 50.0), (2.0, 99.0)], ctx, ahead).replicas == 8  # within max
