@@ -30,6 +30,7 @@ import random
 import time
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from engines.batching import ContinuousBatch, Iteration
@@ -129,12 +130,21 @@ class EmulatedEngine(Engine):
         )
 
     def _load_tokens(self) -> tuple[Any, TokenSource]:
-        from transformers import AutoTokenizer
-
         from engines.builtin import resolve_model
+        from engines.tokenizer import FastTokenizer
 
+        path = resolve_model(self.config.tokenizer)
         try:
-            tokenizer = AutoTokenizer.from_pretrained(resolve_model(self.config.tokenizer))
+            if (Path(path) / "tokenizer.json").is_file():
+                # The tokenizers library alone: importing transformers (and torch with it) costs ~3.5 s of CPU and
+                # loading its tokenizer ~1.2 s more, nearly all of a replica's start on a small CPU, where new
+                # replicas start side by side while the spike runs; this engine only encodes, decodes and reads EOS
+                # (the same ids and text: checked against AutoTokenizer in tests/engines/test_emulated.py).
+                tokenizer: Any = FastTokenizer.from_dir(path)
+            else:
+                from transformers import AutoTokenizer
+
+                tokenizer = AutoTokenizer.from_pretrained(path)
         except (OSError, ValueError) as e:
             raise EngineConfigError(f"engine.tokenizer: cannot load {self.config.tokenizer!r}: {e}") from e
         return tokenizer, TokenSource(tokenizer)

@@ -58,8 +58,9 @@ def _chat_template(path: Path, config: dict[str, Any]) -> str | None:
 
 
 class FastTokenizer:
-    """``tokenizer.json`` + chat template without transformers: the calls of :mod:`serve_app.prompting` and the
-    ``openai_server`` backend (``len()``, ``encode``, ``decode``, ``chat_template``, ``apply_chat_template``)."""
+    """``tokenizer.json`` + chat template without transformers: the calls of :mod:`serve_app.prompting`, the
+    ``openai_server`` backend (``len()``, ``encode``, ``decode``, ``chat_template``, ``apply_chat_template``) and
+    the emulated engine (``eos_token_id`` too)."""
 
     def __init__(self, tokenizer: Any, chat_template: str | None, special_tokens: dict[str, str]) -> None:
         self._tokenizer = tokenizer
@@ -85,6 +86,12 @@ class FastTokenizer:
 
     def __len__(self) -> int:
         return self._tokenizer.get_vocab_size(with_added_tokens=True)
+
+    @property
+    def eos_token_id(self) -> int | None:
+        """The id of tokenizer_config.json's ``eos_token`` (None without one), as transformers gives it."""
+        text = self.special_tokens_map.get("eos_token")
+        return None if text is None else self._tokenizer.token_to_id(text)
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         # The special tokens a model adds (BOS) come from tokenizer.json's post-processor, as in transformers.

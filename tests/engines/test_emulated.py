@@ -58,6 +58,26 @@ async def test_streams_real_text_of_its_tokenizer_to_max_tokens():
     assert deltas[0].first_token_time is not None and deltas[-1].prompt_tokens > 0
 
 
+async def test_its_tokenizer_without_transformers_gives_transformers_ids_text_and_eos():
+    # The engine loads tokenizer.json with the tokenizers library alone (a replica's start costs no transformers
+    # import); the ingress, which tokenizes prompts, may use transformers' AutoTokenizer on the same files.
+    from transformers import AutoTokenizer
+
+    from engines.builtin import resolve_model
+
+    reference = AutoTokenizer.from_pretrained(resolve_model("builtin:tiny"))
+    async with running() as engine:
+        deltas = await collect(engine, request(engine, max_tokens=200, ignore_eos=True, seed=3))
+        ours = engine.tokenizer
+    ids = [t for d in deltas for t in d.token_ids]
+
+    assert "".join(d.text for d in deltas) == reference.decode(ids, skip_special_tokens=True)
+    assert ours.eos_token_id == reference.eos_token_id and len(ours) == len(reference)
+    assert ours.encode("Le phare, 灯塔.", add_special_tokens=False) == reference.encode(
+        "Le phare, 灯塔.", add_special_tokens=False
+    )
+
+
 async def test_the_same_seed_gives_the_same_output_and_another_seed_another():
     async with running() as engine:
         outputs = [
