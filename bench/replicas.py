@@ -11,8 +11,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -82,3 +84,44 @@ def write_samples(samples: Iterable[ReplicaSample], path: str | Path) -> Path:
 def read_samples(path: str | Path) -> list[ReplicaSample]:
     with Path(path).open() as f:
         return [ReplicaSample(**json.loads(line)) for line in f if line.strip()]
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaStart:
+    """One replica start as Serve's controller logged it."""
+
+    wall_time: float  # when it was ready (epoch seconds, the log line's time)
+    app: str
+    deployment: str
+    total_s: float  # from the controller's decision to start it until it was ready
+    init_s: float | None  # of which the replica's constructor, reconfigure and first health check
+
+
+# ray/serve/_private/deployment_state.py (2.60): "Replica(id='..', deployment='..', app='..') started successfully on
+# node '..' after 12.3s (PID: 123). Replica constructor, reconfigure method, and initial health check took 4.5s."
+_STARTED = re.compile(
+    r"^\w+ (?P<date>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) .*deployment='(?P<deployment>[^']+)', app='(?P<app>[^']*)'\) "
+    r"started successfully on node '[^']*' after (?P<total>[\d.]+)s.*?(?:took (?P<init>[\d.]+)s)?\.?$"
+)
+
+
+def parse_replica_starts(lines: Iterable[str]) -> list[ReplicaStart]:
+    """The replica starts in Serve controller log lines (other lines are skipped)."""
+    out = []
+    for line in lines:
+        match = _STARTED.match(line.strip())
+        if match is None:
+            continue
+        stamp = datetime.strptime(match["date"], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+        init = float(match["init"]) if match["init"] else None
+        out.append(ReplicaStart(stamp, match["app"], match["deployment"], float(match["total"]), init))
+    return out
+
+
+def replica_starts(serve_log_dir: str | Path) -> list[ReplicaStart]:
+    """Every replica start the controller logs in ``serve_log_dir`` (a Ray session's ``logs/serve``) record."""
+    starts: list[ReplicaStart] = []
+    for path in sorted(Path(serve_log_dir).glob("controller_*.log")):
+        with path.open(errors="replace") as f:
+            starts += parse_replica_starts(f)
+    return sorted(starts, key=lambda s: s.wall_time)

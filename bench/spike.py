@@ -23,12 +23,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import itertools
 import json
 import shlex
 import sys
+import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -41,7 +40,7 @@ from bench.client import MonotonicClock, TargetConfig
 from bench.loadgen import LoadConfig, run_load
 from bench.local_serve import local_serve
 from bench.records import RequestRecord, write_jsonl
-from bench.replicas import ReplicaSample, write_samples
+from bench.replicas import ReplicaSample, ReplicaStart, replica_starts, write_samples
 from bench.report import machine_info
 from bench.spike_fleet import DURATIONS_S, MODEL, MODES, SHAPES, Mode, SpikeFleet, app_args, fleet_for
 from bench.spike_report import ModeReport, mode_report, sim_gap, table
@@ -51,31 +50,18 @@ APP = "spike"
 POLL_S = 0.5
 
 
-@dataclass(frozen=True, slots=True)
-class StartingSample:
-    """Replicas of one variant that Serve was starting at ``t_s`` (from ``serve.status()``)."""
-
-    t_s: float
-    variant: str
-    starting: int
-
-
-def mean_startup_s(ready: Sequence[ReplicaSample], starting: Sequence[StartingSample], variant: str) -> float | None:
-    """Mean time a new replica of ``variant`` spent starting: the starting replicas integrated over time, over
-    the replicas that became ready (Little's law on the starting state); None when none started."""
-    points = sorted((s.t_s, s.starting) for s in starting if s.variant == variant)
-    area = sum(n * (t1 - t0) for (t0, n), (t1, _) in itertools.pairwise(points))
-    counts = [s.replicas for s in sorted(ready, key=lambda s: s.t_s) if s.variant == variant]
-    started = sum(max(0, b - a) for a, b in itertools.pairwise(counts))
-    return area / started if started else None
+def mean_startup_s(starts: Sequence[ReplicaStart], variant: str, since: float) -> float | None:
+    """Mean time a new replica of ``variant`` took to start (Serve's controller logs each: from its decision to
+    start one until the replica passed its first health check), over the starts after ``since`` (epoch s)."""
+    times = [s.total_s for s in starts if s.app == APP and s.deployment == f"variant-{variant}" and s.wall_time > since]
+    return sum(times) / len(times) if times else None
 
 
 async def _poll_status(stop: asyncio.Event, clock: MonotonicClock, start: float, fleet: SpikeFleet) -> Any:
-    """Ready and starting replicas per variant from Serve's controller, every ``POLL_S``."""
+    """Ready replicas per variant from Serve's controller, every ``POLL_S``."""
     from ray import serve
 
     ready: list[ReplicaSample] = []
-    starting: list[StartingSample] = []
     names = {f"variant-{v.name}": v.name for v in fleet.variants}
     while not stop.is_set():
         with contextlib.suppress(Exception):  # a status call that fails is one sample fewer, not an error
@@ -85,15 +71,14 @@ async def _poll_status(stop: asyncio.Event, clock: MonotonicClock, start: float,
                 if name in names:
                     states = {str(k).rsplit(".", 1)[-1]: v for k, v in deployment.replica_states.items()}
                     ready.append(ReplicaSample(t_s=t, variant=names[name], replicas=states.get("RUNNING", 0)))
-                    starting.append(StartingSample(t_s=t, variant=names[name], starting=states.get("STARTING", 0)))
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), timeout=POLL_S)
-    return ready, starting
+    return ready
 
 
 async def drive(
     url: str, fleet: SpikeFleet, shape: SpikeShape, duration_s: float, seed: int, progress: bool
-) -> tuple[list[RequestRecord], list[ReplicaSample], list[StartingSample]]:
+) -> tuple[list[RequestRecord], list[ReplicaSample]]:
     """Replay the trace against ``url`` while polling replicas."""
     from bench.spike_fleet import workload
 
@@ -110,8 +95,8 @@ async def drive(
             result = await run_load(target, load, specs, client=client, clock=clock)
         finally:
             stop.set()
-        ready, starting = await poller
-    return sorted(result.records, key=lambda r: r.index), ready, starting
+        ready = await poller
+    return sorted(result.records, key=lambda r: r.index), ready
 
 
 def _run_mode(mode: Mode, shape_name: str, url: str, out: Path, args: argparse.Namespace, fleet: SpikeFleet) -> Any:
@@ -120,16 +105,17 @@ def _run_mode(mode: Mode, shape_name: str, url: str, out: Path, args: argparse.N
     from serve_app.app import build_app
 
     shape, duration = SHAPES[shape_name], args.duration_s or DURATIONS_S[shape_name]
-    serve.run(build_app(app_args(fleet, mode)), name=APP, route_prefix="/")
+    serve.run(build_app(app_args(fleet, mode)), name=APP, route_prefix="/")  # returns once every replica runs
+    began = time.time()
     try:
-        records, ready, starting = asyncio.run(drive(url, fleet, shape, duration, args.seed, args.progress))
+        records, ready = asyncio.run(drive(url, fleet, shape, duration, args.seed, args.progress))
     finally:
         serve.delete(APP)
     folder = out / mode
     folder.mkdir(parents=True, exist_ok=True)
     write_jsonl(records, folder / "records.jsonl")
     write_samples(ready, folder / "replicas.jsonl")
-    return records, ready, starting
+    return records, ready, began
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -259,19 +245,25 @@ def run(args: argparse.Namespace) -> int:
         real: list[ModeReport] = []
         ready_by_mode: dict[str, list[ReplicaSample]] = {}
         records_by_mode: dict[str, list[RequestRecord]] = {}
-        starting_all: list[StartingSample] = []
-        ready_all: list[ReplicaSample] = []
+        starts: list[ReplicaStart] = []
+        traces: list[float] = []  # when each autoscaled mode's trace began (epoch s): its replica starts follow
         if not args.sim_only:
+            import ray
+
             with local_serve("bench-spike", num_cpus=args.num_cpus) as url:
                 for mode in modes:
                     print(f"bench spike: {shape_name}, mode {mode}", file=sys.stderr)
-                    records, ready, starting = _run_mode(mode, shape_name, url, out, args, fleet)
+                    records, ready, began = _run_mode(mode, shape_name, url, out, args, fleet)
                     real.append(mode_report(mode, "serve", records, ready, fleet, shape.peak_windows(), duration))
                     ready_by_mode[mode], records_by_mode[mode] = ready, records
                     if mode != "fixed":
-                        starting_all += starting
-                        ready_all += ready
-        startup = {v.name: mean_startup_s(ready_all, starting_all, v.name) for v in fleet.variants}
+                        traces.append(began)
+                node = ray._private.worker._global_node  # this process started the cluster: its logs are local
+                logs = Path(node.get_logs_dir_path()) / "serve"  # type: ignore[attr-defined]
+                starts = replica_starts(logs)
+        # Starts that ended during a trace (serve.run returns once the deploy's replicas run): scale-ups under load.
+        in_traces = [s for s in starts if any(b < s.wall_time < b + duration + 30.0 for b in traces)]
+        startup = {v.name: mean_startup_s(in_traces, v.name, 0.0) for v in fleet.variants}
         sims = {"sim (preset start-up)": _simulate(fleet, shape_name, duration, modes, args.seed, 0.0)}
         measured = [
             s - v.profile(fleet.startup_time_scale).startup_s

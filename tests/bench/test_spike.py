@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from bench.records import RequestRecord
-from bench.replicas import ReplicaSample
-from bench.spike import StartingSample, mean_startup_s
+from bench.replicas import ReplicaSample, ReplicaStart, parse_replica_starts
+from bench.spike import mean_startup_s
 from bench.spike_fleet import FLEET, MODES, SHAPES, app_args
 from bench.spike_report import mode_report, replica_seconds, sim_gap, stream_cut
 from serve_app.config import load_app_config
@@ -106,10 +106,30 @@ def test_every_shape_has_peak_windows_inside_its_trace():
         assert shape.peak_windows() and all(0 <= a < b for a, b in shape.peak_windows())
 
 
-def test_the_mean_start_up_is_the_starting_replicas_integrated_over_the_replicas_that_started():
-    ready = [_sample(0.0, 1), _sample(10.0, 3), _sample(20.0, 4)]
-    # Two replicas starting from 4 s to 10 s, one from 14 s to 20 s: 2 x 6 + 6 = 18 replica-seconds, 3 started.
-    starting = [StartingSample(t, SMALL, n) for t, n in [(0.0, 0), (4.0, 2), (10.0, 0), (14.0, 1), (20.0, 0)]]
+LOG = [
+    "INFO 2026-12-01 20:38:17,563 controller 24917 -- Replica(id='7smznabv', deployment='variant-llama-8b-int4', "
+    "app='spike') started successfully on node 'abc' after 23.4s (PID: 25197). Replica constructor, reconfigure "
+    "method, and initial health check took 16.2s.",
+    "INFO 2026-12-01 20:38:43,992 controller 24917 -- Upscaling Deployment(...) from 1 to 2 replicas.",
+    "INFO 2026-12-01 20:39:22,942 controller 24917 -- Replica(id='a7ql9yae', deployment='variant-llama-8b-int4', "
+    "app='spike') started successfully on node 'abc' after 38.8s (PID: 26763).",
+]
 
-    assert mean_startup_s(ready, starting, SMALL) == pytest.approx(6.0)
-    assert mean_startup_s(ready, starting, BIG) is None
+
+def test_replica_starts_are_read_from_serves_controller_log():
+    starts = parse_replica_starts(LOG)
+
+    assert [(s.deployment, s.total_s, s.init_s) for s in starts] == [
+        ("variant-llama-8b-int4", 23.4, 16.2),
+        ("variant-llama-8b-int4", 38.8, None),
+    ]
+    assert starts[1].wall_time - starts[0].wall_time == pytest.approx(65.379)
+
+
+def test_the_mean_start_up_counts_the_variants_starts_after_a_time():
+    starts = [ReplicaStart(100.0, "spike", f"variant-{SMALL}", 20.0, None)]
+    starts += [ReplicaStart(200.0 + k, "spike", f"variant-{SMALL}", 40.0 + k, None) for k in range(3)]
+    starts += [ReplicaStart(200.0, "other-app", f"variant-{SMALL}", 99.0, None)]
+
+    assert mean_startup_s(starts, SMALL, since=150.0) == pytest.approx(41.0)
+    assert mean_startup_s(starts, BIG, since=0.0) is None
