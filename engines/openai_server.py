@@ -63,6 +63,7 @@ from engines.protocol import (
     EngineStats,
     GenerationRequest,
     SamplingParams,
+    TokenLogprob,
     check_sampling_fields,
     validate_request,
 )
@@ -106,6 +107,25 @@ def server_argv(command: list[str], **fields: Any) -> list[str]:
     return argv
 
 
+def parse_logprobs(block: Any) -> list[TokenLogprob] | None:
+    """A completions chunk's ``logprobs`` (OpenAI's parallel lists: tokens, token_logprobs, top_logprobs) as one
+    entry per token; None when the chunk has none. Entries follow the server's tokens: a stop string we cut from
+    the text keeps its tokens' entries (the server scored them)."""
+    if not isinstance(block, dict) or not isinstance(block.get("tokens"), list):
+        return None
+    tokens = block["tokens"]
+    values = block.get("token_logprobs") or [None] * len(tokens)
+    tops = block.get("top_logprobs") or [None] * len(tokens)
+    return [
+        TokenLogprob(
+            token=str(token),
+            logprob=float(value) if value is not None else -9999.0,  # trtllm-serve's floor for an unscored token
+            top=tuple((str(t), float(lp)) for t, lp in (top or {}).items()),
+        )
+        for token, value, top in zip(tokens, values, tops, strict=False)
+    ]
+
+
 def completion_body(
     request: GenerationRequest, *, model: str, prompt: list[int] | str, max_tokens: int, extensions: bool
 ) -> dict[str, Any]:
@@ -138,13 +158,14 @@ def completion_body(
     # rule (SamplingParams._greedy_decoding: top_k None or 1 and top_p None or 0).
     top_k = 1 if s.greedy and extensions else s.top_k or None
     wanted: dict[str, Any] = {
+        "logprobs": s.logprobs,  # completions' integer form; 0 (the token's own) is falsy, hence the check below
         "top_k": top_k,
         "ignore_eos": s.ignore_eos or None,
         "stop_token_ids": s.stop_token_ids,
         "repetition_penalty": s.repetition_penalty if "repetition_penalty" in asked else None,
         "min_tokens": s.min_tokens or None,
     }
-    wanted = {k: v for k, v in wanted.items() if v}
+    wanted = {k: v for k, v in wanted.items() if v or (k == "logprobs" and v is not None)}
     if wanted and not extensions:
         names = ", ".join(wanted)
         raise InvalidRequestError(
@@ -420,6 +441,10 @@ class OpenAIServerEngine(Engine):
             if (piece or ids) and first_token_time is None:
                 first_token_time = time.time()
             last_token_at = self._rate.delivered(len(ids) or (1 if piece else 0), last_token_at)
+            logprobs = parse_logprobs(choice.get("logprobs")) if request.sampling.logprobs is not None else None
+            if logprobs is None and request.sampling.logprobs is not None and (piece or ids):
+                # It accepted the field and sent none: dropping it silently is what this project refuses to do.
+                raise EngineDeadError("the engine server sent no logprobs although the request asked for them")
             text, stopped = stops.feed(piece)
             reason = choice.get("finish_reason")
             finish = FINISH_STOP if stopped else None
@@ -430,7 +455,7 @@ class OpenAIServerEngine(Engine):
                 # token ids, so that string's start was streamed before the finishing chunk.
                 if not (finish == FINISH_STOP and isinstance(choice.get("stop_reason"), str)):
                     text += stops.flush()
-            if text or ids or finish is not None:
+            if text or ids or logprobs or finish is not None:
                 yield Delta(
                     text=text,
                     token_ids=ids,
@@ -439,6 +464,7 @@ class OpenAIServerEngine(Engine):
                     completion_tokens=completion_tokens,
                     first_token_time=first_token_time,
                     arrival_time=request.arrival_time,
+                    logprobs=logprobs,
                 )
             if finish is not None:
                 return  # a stop string we cut ourselves: leaving closes the stream, the server aborts

@@ -43,6 +43,9 @@ class SamplingParams:
     repetition_penalty: float = 1.0  # extension (vLLM, TensorRT-LLM): divides logits of seen tokens; 1 is off
     min_tokens: int = 0  # extension (vLLM, TensorRT-LLM): no EOS / stop token id before this many tokens
     logit_bias: dict[int, float] = field(default_factory=dict)  # OpenAI: token id -> bias added to its logit
+    # Per generated token, its log probability and the ``logprobs`` likeliest alternatives' (0: the token's alone);
+    # None: none. OpenAI's completions ``logprobs`` and chat ``logprobs`` / ``top_logprobs``.
+    logprobs: int | None = None
 
     @property
     def greedy(self) -> bool:
@@ -61,6 +64,7 @@ class SamplingParams:
             "repetition_penalty": self.repetition_penalty != 1.0,
             "min_tokens": self.min_tokens > 0,
             "logit_bias": any(self.logit_bias.values()),
+            "logprobs": self.logprobs is not None,
         }
         return frozenset(name for name, on in asked.items() if on)
 
@@ -79,6 +83,7 @@ SAMPLING_FIELDS: frozenset[str] = frozenset(
         "repetition_penalty",
         "min_tokens",
         "logit_bias",
+        "logprobs",
     }
 )
 
@@ -108,6 +113,15 @@ class GenerationRequest:
     arrival_time: float = field(default_factory=time.time)
 
 
+@dataclass(frozen=True, slots=True)
+class TokenLogprob:
+    """One generated token's log probability and its likeliest alternatives', as text (OpenAI's shapes)."""
+
+    token: str
+    logprob: float
+    top: tuple[tuple[str, float], ...] = ()
+
+
 @dataclass(slots=True)
 class Delta:
     """What is new in one request's output since the previous delta (possibly several tokens)."""
@@ -120,6 +134,7 @@ class Delta:
     first_token_time: float | None = None  # wall-clock time (time.time()) of the first generated token
     arrival_time: float | None = None  # wall-clock time the engine received the request
     error: str | None = None  # set on a final delta when the engine failed mid-stream
+    logprobs: list[TokenLogprob] | None = None  # with SamplingParams.logprobs: one per generated token, in order
 
     @property
     def finished(self) -> bool:

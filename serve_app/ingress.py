@@ -45,7 +45,7 @@ from engines.errors import (
     ServingError,
     UnavailableError,
 )
-from engines.protocol import Delta, GenerationRequest
+from engines.protocol import Delta, GenerationRequest, TokenLogprob
 from router import Decision, Prediction, Reason, RequestFeatures, features_from_headers
 from serve_app import openapi_doc
 from serve_app.auth import KeyStore, Principal
@@ -215,6 +215,9 @@ class Ingress:
         self._limits = SharedLimits(self._keys, limiter)
         self._limits.start()
         self._created = int(time.time())
+        # This replica's /openapi.json names the models it serves. Through openapi_doc's module, not `app`: Serve
+        # pickles this class by value, so a module global read here is a copy, not the app that answers.
+        openapi_doc.serve_models(self._model_names())
 
     # ------------------------------------------------------------------ routes
 
@@ -296,6 +299,7 @@ class Ingress:
             model=req.model,
             created=int(time.time()),
             chat=chat,
+            logprobs=req.requested_logprobs() is not None,
         )
         echo = self._prompts.text(req.prompt) if not chat and req.echo else ""  # the prompt, before the completion
         if req.stream:
@@ -317,8 +321,8 @@ class Ingress:
             async with aclosing(self._deltas(flight, first)) as deltas:
                 async for delta in deltas:
                     last = delta
-                    if delta.text or delta.finish_reason:
-                        yield shape.sse_chunk(delta.text, openai_finish_reason(delta.finish_reason))
+                    if delta.text or delta.finish_reason or delta.logprobs:
+                        yield shape.sse_chunk(delta.text, openai_finish_reason(delta.finish_reason), delta.logprobs)
             status = 200
             if include_usage:
                 yield sse(shape.usage_chunk(last.prompt_tokens, last.completion_tokens))
@@ -333,12 +337,14 @@ class Ingress:
 
     async def _collect(self, flight: _Flight, first: Delta, shape: ResponseShape, echo: str = "") -> Response:
         parts = [echo]
+        logprobs: list[TokenLogprob] = []
         last = first
         status = 499  # the client went away, unless the request ends another way
         try:
             async with aclosing(self._deltas(flight, first)) as deltas:
                 async for delta in deltas:
                     parts.append(delta.text)
+                    logprobs.extend(delta.logprobs or ())
                     last = delta
             status = 200
         except Exception as exc:
@@ -347,7 +353,11 @@ class Ingress:
         finally:
             self._finish(flight, last, status)
         body = shape.full(
-            "".join(parts), openai_finish_reason(last.finish_reason), last.prompt_tokens, last.completion_tokens
+            "".join(parts),
+            openai_finish_reason(last.finish_reason),
+            last.prompt_tokens,
+            last.completion_tokens,
+            logprobs,
         )
         return JSONResponse(body, headers=flight.headers)
 

@@ -6,7 +6,7 @@ checked for type and range, and every failure names its field (OpenAI's ``error.
 * The optional sampling fields (penalties, logit_bias, seed, min_tokens, ...; ``engines.protocol.SAMPLING_FIELDS``)
   are implemented by some backends and not others: the router sends a request that uses one only to a variant
   whose backend implements it, and refuses it with a 400 naming the field otherwise (docs/openai-api.md).
-* OpenAI fields that change what a client gets back and that no backend here implements (logprobs, tools,
+* OpenAI fields that change what a client gets back and that no backend here implements (tools,
   structured output, ...) are refused with a 400 naming them when set to anything but their neutral value, never
   silently dropped: :data:`UNSUPPORTED_COMPLETION` and :data:`UNSUPPORTED_CHAT` list them (from the ``openai``
   package's ``completion_create_params`` and ``chat/completion_create_params``).
@@ -90,6 +90,10 @@ class _SamplingFields(BaseModel):
     def stop_list(self) -> list[str]:
         return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
 
+    def requested_logprobs(self) -> int | None:
+        """Top alternatives per token to report (0: the token's own log probability alone); None: none."""
+        return None
+
     def sampling(self, max_tokens: int) -> SamplingParams:
         if self.min_tokens is not None and self.min_tokens > max_tokens:  # caught here, not a round trip later
             raise InvalidRequestError(
@@ -109,6 +113,7 @@ class _SamplingFields(BaseModel):
             repetition_penalty=1.0 if self.repetition_penalty is None else self.repetition_penalty,
             min_tokens=self.min_tokens or 0,
             logit_bias={int(token): bias for token, bias in (self.logit_bias or {}).items()},
+            logprobs=self.requested_logprobs(),
         )
 
     @property
@@ -121,15 +126,12 @@ class _SamplingFields(BaseModel):
 # sends a request using them only to a variant whose backend implements them (engines.protocol.SAMPLING_FIELDS).
 UNSUPPORTED_COMPLETION: dict[str, tuple[Any, ...]] = {
     "best_of": (None, 1),
-    "logprobs": (None,),
     "suffix": (None, ""),
 }
 UNSUPPORTED_CHAT: dict[str, tuple[Any, ...]] = {
     "audio": (None,),
     "function_call": (None, "none", "auto"),
     "functions": (None, []),
-    "logprobs": (None, False),
-    "top_logprobs": (None, 0),
     "modalities": (None, ["text"]),
     "moderation": (None,),
     "prediction": (None,),
@@ -181,6 +183,20 @@ class CompletionRequest(_SamplingFields):
     echo: StrictBool | None = Field(
         None, description="Send the prompt back before the completion (a token-id prompt as its decoded text)."
     )
+    logprobs: int | None = Field(
+        None,
+        ge=0,
+        le=20,
+        strict=True,
+        description="Each generated token's log probability and this many likeliest alternatives' (backends "
+        "that implement it only: docs/openai-api.md).",
+    )
+
+    def requested_logprobs(self) -> int | None:
+        if self.logprobs is not None and self.echo:
+            # The prompt's own log probabilities would be needed (prompt_logprobs), which no backend here returns.
+            raise InvalidRequestError("'echo' together with 'logprobs' is not supported: send one.", param="echo")
+        return self.logprobs
 
     @field_validator("prompt")
     @classmethod
@@ -228,6 +244,19 @@ class ChatCompletionRequest(_SamplingFields):
 
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = None
+    logprobs: StrictBool | None = Field(
+        None, description="Return each generated token's log probability (backends that implement it only)."
+    )
+    top_logprobs: int | None = Field(
+        None, ge=0, le=20, strict=True, description="With logprobs: this many likeliest alternatives per token."
+    )
+
+    def requested_logprobs(self) -> int | None:
+        if not self.logprobs:
+            if self.top_logprobs:  # OpenAI's rule: top_logprobs needs logprobs true
+                raise InvalidRequestError("'top_logprobs' needs 'logprobs': true.", param="top_logprobs")
+            return None
+        return self.top_logprobs or 0
 
     def effective_max_tokens(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens

@@ -8,7 +8,10 @@ for the streamed chunks measured under 1% of the ingress's per-chunk CPU, not wo
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+from engines.protocol import TokenLogprob
 
 DONE = b"data: [DONE]\n\n"
 
@@ -38,7 +41,9 @@ class ResponseShape:
     created: int
     chat: bool
     system_fingerprint: str | None = None
+    logprobs: bool = False  # the request asked for them: every choice carries a logprobs object
     _sent_role: bool = field(default=False)
+    _text_offset: int = field(default=0)  # completions' text_offset of the next token
 
     @property
     def chunk_object(self) -> str:
@@ -50,21 +55,41 @@ class ResponseShape:
             body["system_fingerprint"] = self.system_fingerprint
         return body
 
-    def chunk(self, text: str, finish_reason: str | None) -> dict:
+    def _logprobs(self, entries: Sequence[TokenLogprob] | None) -> dict | None:
+        """OpenAI's logprobs object for ``entries`` (chat: ``content``; completions: parallel lists), or None
+        when the request asked for none."""
+        if not self.logprobs:
+            return None
+        entries = entries or ()
+        if self.chat:
+            return {"content": [_chat_token(e) for e in entries], "refusal": None}
+        offsets = []
+        for e in entries:
+            offsets.append(self._text_offset)
+            self._text_offset += len(e.token)
+        return {
+            "tokens": [e.token for e in entries],
+            "token_logprobs": [e.logprob for e in entries],
+            "top_logprobs": [dict(e.top) for e in entries],
+            "text_offset": offsets,
+        }
+
+    def chunk(self, text: str, finish_reason: str | None, logprobs: Sequence[TokenLogprob] | None = None) -> dict:
         body = self._base(self.chunk_object)
         if self.chat:
             delta: dict = {"content": text}
             if not self._sent_role:
                 delta["role"] = "assistant"
                 self._sent_role = True
-            body["choices"] = [{"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}]
+            choice = {"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": self._logprobs(logprobs)}
         else:
-            body["choices"] = [{"index": 0, "text": text, "finish_reason": finish_reason, "logprobs": None}]
+            choice = {"index": 0, "text": text, "finish_reason": finish_reason, "logprobs": self._logprobs(logprobs)}
+        body["choices"] = [choice]
         return body
 
-    def sse_chunk(self, text: str, finish_reason: str | None) -> bytes:
+    def sse_chunk(self, text: str, finish_reason: str | None, logprobs: Sequence[TokenLogprob] | None = None) -> bytes:
         """One streamed text chunk, framed for SSE."""
-        return sse(self.chunk(text, finish_reason))
+        return sse(self.chunk(text, finish_reason, logprobs))
 
     def usage_chunk(self, prompt_tokens: int, completion_tokens: int) -> dict:
         body = self._base(self.chunk_object)
@@ -72,21 +97,41 @@ class ResponseShape:
         body["usage"] = usage(prompt_tokens, completion_tokens)
         return body
 
-    def full(self, text: str, finish_reason: str | None, prompt_tokens: int, completion_tokens: int) -> dict:
+    def full(
+        self,
+        text: str,
+        finish_reason: str | None,
+        prompt_tokens: int,
+        completion_tokens: int,
+        logprobs: Sequence[TokenLogprob] | None = None,
+    ) -> dict:
         if self.chat:
             body = self._base("chat.completion")
             choice = {
                 "index": 0,
                 "message": {"role": "assistant", "content": text},
                 "finish_reason": finish_reason,
-                "logprobs": None,
+                "logprobs": self._logprobs(logprobs),
             }
         else:
             body = self._base("text_completion")
-            choice = {"index": 0, "text": text, "finish_reason": finish_reason, "logprobs": None}
+            choice = {"index": 0, "text": text, "finish_reason": finish_reason, "logprobs": self._logprobs(logprobs)}
         body["choices"] = [choice]
         body["usage"] = usage(prompt_tokens, completion_tokens)
         return body
+
+
+def _token_bytes(token: str) -> list[int]:
+    return list(token.encode("utf-8", errors="replace"))  # a token may be part of a character: its own bytes
+
+
+def _chat_token(entry: TokenLogprob) -> dict:
+    return {
+        "token": entry.token,
+        "logprob": entry.logprob,
+        "bytes": _token_bytes(entry.token),
+        "top_logprobs": [{"token": t, "logprob": lp, "bytes": _token_bytes(t)} for t, lp in entry.top],
+    }
 
 
 _OPENAI_FINISH = {"abort": "stop"}

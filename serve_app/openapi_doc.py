@@ -68,10 +68,15 @@ def _add(components: dict[str, Any], model: type[BaseModel]) -> None:
     components[model.__name__] = body
 
 
-def request_schema(model: type[CompletionRequest | ChatCompletionRequest]) -> dict[str, Any]:
-    """The JSON schema of a route's body: the model's fields and the refused ones with the values they may hold."""
+def request_schema(
+    model: type[CompletionRequest | ChatCompletionRequest], model_names: list[str] | None = None
+) -> dict[str, Any]:
+    """The JSON schema of a route's body: the model's fields, the refused ones with the values they may hold, the
+    ignored ones; with ``model_names``, the only values ``model`` may take here (others are a 404)."""
     body = model.model_json_schema(ref_template="#/components/schemas/{model}")
     properties = body.setdefault("properties", {})
+    if model_names:
+        properties["model"] = {**properties.get("model", {}), "enum": list(model_names)}
     for name, neutral in model.unsupported.items():
         properties[name] = {
             "enum": list(neutral),
@@ -82,12 +87,24 @@ def request_schema(model: type[CompletionRequest | ChatCompletionRequest]) -> di
     return body
 
 
-def build(app: FastAPI) -> dict[str, Any]:
+# The models this process's ingress serves (set once by Ingress.__init__, before the first request).
+_served_models: list[str] | None = None
+
+
+def serve_models(names: list[str]) -> None:
+    global _served_models
+    _served_models = list(names)
+
+
+def build(app: FastAPI, model_names: list[str] | None = None) -> dict[str, Any]:
+    """The document for ``app``; ``model_names`` (default: what ``serve_models`` set): the public model and the
+    variants this deployment serves, the only values ``model`` may take."""
+    model_names = model_names if model_names is not None else _served_models
     schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
     components = schema.setdefault("components", {}).setdefault("schemas", {})
     _add(components, ErrorResponse)
     for path, (model, chat) in _ROUTES.items():
-        body = request_schema(model)
+        body = request_schema(model, model_names)
         components.update(body.pop("$defs", {}))
         components[model.__name__] = body
         response = _response_model(chat)

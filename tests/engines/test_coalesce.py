@@ -115,3 +115,13 @@ async def test_zero_interval_passes_every_delta_through():
     await source.queue.put(None)
     assert [d.token_ids for d in [x async for x in out]] == [[0], [1], [2]]
     assert source.closed
+
+
+def test_merged_deltas_keep_every_tokens_logprob_in_order():
+    from engines.coalesce import merge_deltas
+    from engines.protocol import Delta, TokenLogprob
+
+    a, b = TokenLogprob("a", -0.1), TokenLogprob("b", -0.2)
+    merged = merge_deltas([Delta("a", [1], logprobs=[a]), Delta("", []), Delta("b", [2], logprobs=[b])])
+    assert merged.logprobs == [a, b]
+    assert merge_deltas([Delta("a", [1]), Delta("b", [2])]).logprobs is None

@@ -27,7 +27,7 @@ from bench.commands import find_command
 from engines.config import OpenAIServerEngineConfig
 from engines.errors import EngineConfigError, EngineDeadError, InvalidRequestError
 from engines.factory import make_engine
-from engines.openai_server import completion_body, parse_metrics, server_argv
+from engines.openai_server import completion_body, parse_logprobs, parse_metrics, server_argv
 from engines.protocol import FINISH_LENGTH, FINISH_STOP, GenerationRequest, SamplingParams
 from tests.bench.fake_openai import ServerThread
 
@@ -255,6 +255,30 @@ def test_neutral_penalties_are_not_sent():
     req = GenerationRequest("r", [1, 2], SamplingParams(max_tokens=7, repetition_penalty=1.0, logit_bias={3: 0.0}))
     body = completion_body(req, model="m", prompt=[1, 2], max_tokens=7, extensions=True)
     assert not {"presence_penalty", "frequency_penalty", "repetition_penalty", "min_tokens", "logit_bias"} & set(body)
+
+
+def test_logprobs_are_sent_even_when_zero_and_only_to_servers_known_to_stream_them():
+    req = GenerationRequest("r", [1, 2], SamplingParams(max_tokens=7, logprobs=0))
+    assert completion_body(req, model="m", prompt=[1, 2], max_tokens=7, extensions=True)["logprobs"] == 0
+    with pytest.raises(InvalidRequestError) as err:
+        completion_body(req, model="m", prompt=[1, 2], max_tokens=7, extensions=False)
+    assert err.value.param == "logprobs"
+    plain = GenerationRequest("r", [1, 2], SamplingParams(max_tokens=7))
+    assert "logprobs" not in completion_body(plain, model="m", prompt=[1, 2], max_tokens=7, extensions=True)
+
+
+def test_a_chunks_logprobs_are_read_one_entry_per_token():
+    block = {
+        "tokens": ["He", "llo"],
+        "token_logprobs": [-0.5, None],
+        "top_logprobs": [{"He": -0.5, "Ha": -1.5}, None],
+        "text_offset": [0, 2],
+    }
+    entries = parse_logprobs(block)
+    assert entries is not None and [e.token for e in entries] == ["He", "llo"]
+    assert entries[0].top == (("He", -0.5), ("Ha", -1.5))
+    assert entries[1].logprob == -9999.0 and entries[1].top == ()  # unscored: trtllm-serve's floor
+    assert parse_logprobs(None) is None and parse_logprobs({"content": []}) is None
 
 
 def test_the_sidecar_declares_the_extensions_only_when_it_may_send_them():

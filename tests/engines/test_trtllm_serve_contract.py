@@ -182,6 +182,19 @@ async def test_greedy_is_sent_as_top_k_1_contract(trtllm_serve):
         await engine.shutdown()
 
 
+async def test_logprobs_are_asked_for_and_read_back_per_token_contract(trtllm_serve):
+    """trtllm-serve's completions stream carries each chunk's logprobs (create_completion_logprobs)."""
+    engine = await started(sidecar(trtllm_serve, env={"FAKE_TRTLLM_TOKENS_PER_CHUNK": "3"}))
+    try:
+        deltas = [d async for d in engine.generate(request(max_tokens=6, ignore_eos=True, logprobs=1))]
+        assert (await fake_state(engine))["last_body"]["logprobs"] == 1
+        entries = [entry for d in deltas for entry in d.logprobs or ()]
+        assert "".join(e.token for e in entries) == "".join(d.text for d in deltas)
+        assert all(e.logprob == -0.25 and len(e.top) == 1 and e.top[0][0] == e.token for e in entries)
+    finally:
+        await engine.shutdown()
+
+
 def test_an_empty_max_seq_len_makes_trtllm_serve_exit_at_start_contract(trtllm_serve):
     """D4, the failure: an unset max_seq_len rendered as "" and trtllm-serve's --max_seq_len (click, type=int)
     exits with status 2. The config now refuses it (below), and server_argv refuses a None."""

@@ -143,3 +143,31 @@ def test_min_tokens_above_max_tokens_is_refused_before_routing():
     with pytest.raises(InvalidRequestError) as err:
         request.sampling(16)
     assert err.value.param == "min_tokens"
+
+
+def test_logprobs_map_onto_the_engines_sampling_params():
+    completion = parse_request(CompletionRequest, {**COMPLETION, "logprobs": 2}).sampling(16)
+    assert completion.logprobs == 2 and "logprobs" in completion.requested_fields()
+    assert parse_request(CompletionRequest, {**COMPLETION, "logprobs": 0}).sampling(16).logprobs == 0
+    chat = parse_request(ChatCompletionRequest, {**CHAT, "logprobs": True, "top_logprobs": 3}).sampling(16)
+    assert chat.logprobs == 3
+    assert parse_request(ChatCompletionRequest, {**CHAT, "logprobs": True}).sampling(16).logprobs == 0
+    neutral = parse_request(ChatCompletionRequest, {**CHAT, "logprobs": False, "top_logprobs": 0}).sampling(16)
+    assert neutral.logprobs is None and "logprobs" not in neutral.requested_fields()
+
+
+@pytest.mark.parametrize(
+    ("model", "body", "param"),
+    [
+        (CompletionRequest, {**COMPLETION, "logprobs": 21}, "logprobs"),
+        (CompletionRequest, {**COMPLETION, "logprobs": True}, "logprobs"),  # a bool is not a count
+        (CompletionRequest, {**COMPLETION, "logprobs": 1, "echo": True}, "echo"),  # would need prompt logprobs
+        (ChatCompletionRequest, {**CHAT, "top_logprobs": 2}, "top_logprobs"),  # OpenAI: needs logprobs true
+        (ChatCompletionRequest, {**CHAT, "logprobs": 1}, "logprobs"),
+        (ChatCompletionRequest, {**CHAT, "logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+    ],
+)
+def test_bad_logprobs_are_a_400_naming_the_field(model, body, param):
+    with pytest.raises(InvalidRequestError) as err:
+        parse_request(model, body).sampling(16)
+    assert err.value.param == param

@@ -7,8 +7,9 @@ import json
 
 import pytest
 from openai.types import Completion
-from openai.types.chat import ChatCompletionChunk
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
+from engines.protocol import TokenLogprob
 from serve_app.openai_format import DONE, ResponseShape, openai_finish_reason, sse
 
 TEXTS = ["", "hi", ' "quoted" \\ back', "line\nbreak\ttab \x00\x1f", "héllo ✓ 😀 中文", "\u2028\u2029", "</script>"]
@@ -56,3 +57,39 @@ def test_completion_chunks_parse_as_openai_completions():
 
 def test_abort_reads_as_stop_and_the_rest_pass_through():
     assert [openai_finish_reason(r) for r in ("abort", "stop", "length", None)] == ["stop", "stop", "length", None]
+
+
+LOGPROBS = [
+    TokenLogprob("Hel", -0.1, (("Hel", -0.1), ("He", -2.5))),
+    TokenLogprob("lo \u00e9", -0.75, (("lo \u00e9", -0.75),)),
+]
+
+
+def test_completion_logprobs_parse_as_openais_types_with_offsets_across_chunks():
+    shape = ResponseShape(id="cmpl-1", model="m", created=1, chat=False, logprobs=True)
+    first = Completion.model_validate(shape.chunk("Hel", "length", LOGPROBS[:1]))  # the type wants a reason
+    second = Completion.model_validate(shape.chunk("lo \u00e9", "stop", LOGPROBS[1:]))
+    assert first.choices[0].logprobs.tokens == ["Hel"]  # type: ignore[union-attr]
+    assert second.choices[0].logprobs.text_offset == [3]  # type: ignore[union-attr]
+    assert second.choices[0].logprobs.top_logprobs == [{"lo \u00e9": -0.75}]  # type: ignore[union-attr]
+    whole = ResponseShape(id="cmpl-1", model="m", created=1, chat=False, logprobs=True)
+    full = Completion.model_validate(whole.full("Hello \u00e9", "stop", 2, 2, LOGPROBS))
+    assert full.choices[0].logprobs.token_logprobs == [-0.1, -0.75]  # type: ignore[union-attr]
+    assert full.choices[0].logprobs.text_offset == [0, 3]  # type: ignore[union-attr]
+
+
+def test_chat_logprobs_parse_as_openais_types_with_bytes():
+    shape = ResponseShape(id="chatcmpl-1", model="m", created=1, chat=True, logprobs=True)
+    chunk = ChatCompletionChunk.model_validate(shape.chunk("Hello \u00e9", None, LOGPROBS))
+    content = chunk.choices[0].logprobs.content  # type: ignore[union-attr]
+    assert [c.token for c in content] == ["Hel", "lo \u00e9"]  # type: ignore[union-attr]
+    assert content[1].bytes == list("lo \u00e9".encode())  # type: ignore[index]
+    assert [t.token for t in content[0].top_logprobs] == ["Hel", "He"]  # type: ignore[index]
+    whole = ResponseShape(id="chatcmpl-1", model="m", created=1, chat=True, logprobs=True)
+    full = ChatCompletion.model_validate(whole.full("Hello \u00e9", "stop", 2, 2, LOGPROBS))
+    assert full.choices[0].logprobs.content[0].logprob == -0.1  # type: ignore[union-attr,index]
+
+
+def test_without_logprobs_asked_choices_carry_none():
+    shape = ResponseShape(id="cmpl-1", model="m", created=1, chat=False)
+    assert shape.chunk("x", None, LOGPROBS)["choices"][0]["logprobs"] is None

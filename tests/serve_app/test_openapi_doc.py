@@ -74,3 +74,9 @@ def test_every_reference_resolves(document):
 
     for ref in refs(document):
         assert ref.startswith("#/components/schemas/") and ref.rsplit("/", 1)[1] in components, ref
+
+
+def test_a_deployments_document_names_the_models_it_serves():
+    document = openapi_doc.build(app, ["local-llama", "tiny"])
+    model = document["components"]["schemas"]["ChatCompletionRequest"]["properties"]["model"]
+    assert model["enum"] == ["local-llama", "tiny"] and model["type"] == "string"

@@ -30,6 +30,7 @@ ASKING = {
     "min_tokens": 3,
     "logit_bias": {"7": -100},
     "seed": 5,
+    "logprobs": 2,
 }
 
 
@@ -74,7 +75,7 @@ def client(mixed_url) -> openai.OpenAI:
 
 
 def _create(client: openai.OpenAI, model: str, field: str, value, **fields):
-    standard = field in {"presence_penalty", "frequency_penalty", "logit_bias", "seed"}
+    standard = field in {"presence_penalty", "frequency_penalty", "logit_bias", "seed", "logprobs"}
     return client.completions.with_raw_response.create(
         model=model,
         prompt="The lighthouse keeper",

@@ -164,6 +164,14 @@ class FakeServer:
                     continue
                 text += pending
                 choice = {"index": 0, "text": pending, "finish_reason": finish, "stop_reason": stop_reason}
+                if body.get("logprobs") is not None:  # create_completion_logprobs: one entry per token of the chunk
+                    k = body["logprobs"]
+                    choice["logprobs"] = {
+                        "tokens": list(pending),
+                        "token_logprobs": [-0.25] * len(pending),
+                        "top_logprobs": [dict(list({c: -0.25, "~": -3.0}.items())[:k]) for c in pending],
+                        "text_offset": [len(text) - len(pending) + i for i in range(len(pending))],
+                    }
                 chunk: dict[str, Any] = {"object": "text_completion", "choices": [choice]}
                 if continuous:
                     chunk["usage"] = {"prompt_tokens": len(body["prompt"]), "completion_tokens": n}
