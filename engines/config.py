@@ -28,8 +28,7 @@ HF_SAMPLING_FIELDS = frozenset({"top_k", "ignore_eos", "stop_token_ids"})
 EMULATED_SAMPLING_FIELDS = frozenset({"seed", "top_k", "ignore_eos", "stop_token_ids", "min_tokens"})
 # tensorrt_llm.SamplingParams fields (sampling_params.py). logit_bias would be its embedding_bias, a tensor of the
 # model's vocabulary size that the adapter does not build (trtllm-serve builds it: the sidecar takes logit_bias).
-# logprobs: SamplingParams(logprobs=k) exists, but this adapter does not read CompletionOutput.logprobs_diff yet.
-TRTLLM_SAMPLING_FIELDS = SAMPLING_FIELDS - {"logit_bias", "logprobs"}
+TRTLLM_SAMPLING_FIELDS = SAMPLING_FIELDS - {"logit_bias"}
 # An OpenAI server takes OpenAI's own fields; the vLLM / trtllm-serve extensions only with sampling_extensions.
 OPENAI_SAMPLING_FIELDS = frozenset({"seed", "presence_penalty", "frequency_penalty", "logit_bias"})
 # logprobs is OpenAI's own, but only servers known to stream it per chunk (trtllm-serve, vLLM) are asked for it: a

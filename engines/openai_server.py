@@ -107,10 +107,10 @@ def server_argv(command: list[str], **fields: Any) -> list[str]:
     return argv
 
 
-def parse_logprobs(block: Any) -> list[TokenLogprob] | None:
+def parse_logprobs(block: Any, alternatives: int = 20) -> list[TokenLogprob] | None:
     """A completions chunk's ``logprobs`` (OpenAI's parallel lists: tokens, token_logprobs, top_logprobs) as one
-    entry per token; None when the chunk has none. Entries follow the server's tokens: a stop string we cut from
-    the text keeps its tokens' entries (the server scored them)."""
+    entry per token with at most ``alternatives`` alternatives, likeliest first; None when the chunk has none.
+    Entries follow the server's tokens: a stop string we cut from the text keeps its tokens' entries."""
     if not isinstance(block, dict) or not isinstance(block.get("tokens"), list):
         return None
     tokens = block["tokens"]
@@ -120,7 +120,9 @@ def parse_logprobs(block: Any) -> list[TokenLogprob] | None:
         TokenLogprob(
             token=str(token),
             logprob=float(value) if value is not None else -9999.0,  # trtllm-serve's floor for an unscored token
-            top=tuple((str(t), float(lp)) for t, lp in (top or {}).items()),
+            top=tuple(sorted(((str(t), float(lp)) for t, lp in (top or {}).items()), key=lambda x: -x[1]))[
+                :alternatives
+            ],
         )
         for token, value, top in zip(tokens, values, tops, strict=False)
     ]
@@ -158,14 +160,16 @@ def completion_body(
     # rule (SamplingParams._greedy_decoding: top_k None or 1 and top_p None or 0).
     top_k = 1 if s.greedy and extensions else s.top_k or None
     wanted: dict[str, Any] = {
-        "logprobs": s.logprobs,  # completions' integer form; 0 (the token's own) is falsy, hence the check below
+        # Completions' integer form. 0 (the token's own alone) reads as off in TensorRT-LLM (return_log_probs =
+        # bool(logprobs)), so 1 is asked for and the alternatives are trimmed back (parse_logprobs).
+        "logprobs": None if s.logprobs is None else max(1, s.logprobs),
         "top_k": top_k,
         "ignore_eos": s.ignore_eos or None,
         "stop_token_ids": s.stop_token_ids,
         "repetition_penalty": s.repetition_penalty if "repetition_penalty" in asked else None,
         "min_tokens": s.min_tokens or None,
     }
-    wanted = {k: v for k, v in wanted.items() if v or (k == "logprobs" and v is not None)}
+    wanted = {k: v for k, v in wanted.items() if v}
     if wanted and not extensions:
         names = ", ".join(wanted)
         raise InvalidRequestError(
@@ -441,7 +445,8 @@ class OpenAIServerEngine(Engine):
             if (piece or ids) and first_token_time is None:
                 first_token_time = time.time()
             last_token_at = self._rate.delivered(len(ids) or (1 if piece else 0), last_token_at)
-            logprobs = parse_logprobs(choice.get("logprobs")) if request.sampling.logprobs is not None else None
+            asked = request.sampling.logprobs
+            logprobs = parse_logprobs(choice.get("logprobs"), asked) if asked is not None else None
             if logprobs is None and request.sampling.logprobs is not None and (piece or ids):
                 # It accepted the field and sent none: dropping it silently is what this project refuses to do.
                 raise EngineDeadError("the engine server sent no logprobs although the request asked for them")

@@ -39,7 +39,7 @@ import contextlib
 import importlib
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
 from engines.checkpoint import CheckpointInfo, validate_checkpoint, visible_gpu_count
@@ -55,6 +55,7 @@ from engines.protocol import (
     EngineStats,
     GenerationRequest,
     SamplingParams,
+    TokenLogprob,
     check_sampling_fields,
     validate_request,
 )
@@ -154,12 +155,35 @@ def sampling_kwargs(s: SamplingParams, max_tokens: int) -> dict[str, Any]:
         kwargs["include_stop_str_in_output"] = False
     if s.stop_token_ids:
         kwargs["stop_token_ids"] = list(s.stop_token_ids)
+    if s.logprobs is not None:
+        # 0 (the token's own alone) reads as off there (_get_output_config: return_log_probs=bool(logprobs)): ask
+        # for 1 and keep the token's own (token_logprobs).
+        kwargs["logprobs"] = max(1, s.logprobs)
     # Penalties and min_tokens only when they ask for something: None leaves the C++ runtime's neutral default.
     asked = s.requested_fields()
     for name in ("presence_penalty", "frequency_penalty", "repetition_penalty", "min_tokens"):
         if name in asked:
             kwargs[name] = getattr(s, name)
     return kwargs
+
+
+def token_logprobs(
+    token_ids: list[int], values: list[Any], alternatives: int, decode: Callable[[int], str]
+) -> list[TokenLogprob]:
+    """TensorRT-LLM's per-token logprobs as ours: each value is a ``{token_id: Logprob(logprob, rank)}`` of the
+    top-k and the chosen token (TokenLogprobs, recent versions) or the chosen token's float (older 1.x). Floored at
+    -9999 as trtllm-serve does (a -inf is no JSON); at most ``alternatives`` alternatives, likeliest first."""
+    out = []
+    for token_id, value in zip(token_ids, values, strict=False):
+        if isinstance(value, dict):
+            chosen = value.get(token_id)
+            logprob = max(float(chosen.logprob), -9999.0) if chosen is not None else -9999.0
+            ranked = sorted(value.items(), key=lambda item: -float(item[1].logprob))[:alternatives]
+            top = tuple((decode(t), max(float(lp.logprob), -9999.0)) for t, lp in ranked)
+        else:
+            logprob, top = max(float(value), -9999.0), ()
+        out.append(TokenLogprob(decode(token_id), logprob, top))
+    return out
 
 
 def iteration_load(stats: dict[str, Any] | None, open_requests: int) -> tuple[int, int, int, int]:
@@ -309,6 +333,8 @@ class TRTLLMEngine(Engine):
         sent_text = 0  # characters of outputs[0].text handed out (a prefix of the true text)
         seen_text = 0  # characters of outputs[0].text fed to the stop matcher
         sent_ids = 0
+        sent_logprobs = 0
+        want_logprobs = request.sampling.logprobs
         first_token_time: float | None = None
         last_token_at: float | None = None  # monotonic, for the engine's decode pace
         steps = aiter(output)
@@ -321,6 +347,11 @@ class TRTLLMEngine(Engine):
             text, ids = completion.text, list(completion.token_ids)
             new_ids = ids[sent_ids:]
             sent_ids = max(sent_ids, len(ids))
+            logprobs = None
+            if want_logprobs is not None:
+                values = list(getattr(completion, "logprobs", None) or [])
+                logprobs = token_logprobs(new_ids, values[sent_logprobs:], want_logprobs, self._decode_token)
+                sent_logprobs = max(sent_logprobs, len(values))
             if new_ids and first_token_time is None:
                 first_token_time = time.time()
             last_token_at = self._rate.delivered(len(new_ids), last_token_at)
@@ -350,6 +381,7 @@ class TRTLLMEngine(Engine):
                 completion_tokens=len(ids),
                 first_token_time=first_token_time,
                 arrival_time=request.arrival_time,
+                logprobs=logprobs or None,
             )
             if new_text or new_ids or finish is not None:
                 yield delta
@@ -357,6 +389,12 @@ class TRTLLMEngine(Engine):
                 return
         # The iterator ended without a finish reason: the executor dropped the request.
         raise EngineDeadError(f"TensorRT-LLM ended request {request.request_id} without a finish reason")
+
+    def _decode_token(self, token_id: int) -> str:
+        """One token's text, as trtllm-serve writes it in logprobs (``tokenizer.decode(token_id)``); the id
+        itself where the LLM has no tokenizer (skip_tokenizer_init)."""
+        tokenizer = getattr(self._llm, "tokenizer", None)
+        return str(tokenizer.decode([token_id])) if tokenizer is not None else f"token_id:{token_id}"
 
     async def _unless_shut_down(self, step: Any) -> Any:
         """Awaits one step of a request, or raises EngineDeadError when shutdown() stops the engine first.

@@ -257,9 +257,10 @@ def test_neutral_penalties_are_not_sent():
     assert not {"presence_penalty", "frequency_penalty", "repetition_penalty", "min_tokens", "logit_bias"} & set(body)
 
 
-def test_logprobs_are_sent_even_when_zero_and_only_to_servers_known_to_stream_them():
+def test_logprobs_are_asked_for_only_from_servers_known_to_stream_them():
     req = GenerationRequest("r", [1, 2], SamplingParams(max_tokens=7, logprobs=0))
-    assert completion_body(req, model="m", prompt=[1, 2], max_tokens=7, extensions=True)["logprobs"] == 0
+    # 0 reads as off in TensorRT-LLM: 1 is asked for, the alternative trimmed back when read.
+    assert completion_body(req, model="m", prompt=[1, 2], max_tokens=7, extensions=True)["logprobs"] == 1
     with pytest.raises(InvalidRequestError) as err:
         completion_body(req, model="m", prompt=[1, 2], max_tokens=7, extensions=False)
     assert err.value.param == "logprobs"
@@ -279,6 +280,8 @@ def test_a_chunks_logprobs_are_read_one_entry_per_token():
     assert entries[0].top == (("He", -0.5), ("Ha", -1.5))
     assert entries[1].logprob == -9999.0 and entries[1].top == ()  # unscored: trtllm-serve's floor
     assert parse_logprobs(None) is None and parse_logprobs({"content": []}) is None
+    only_own = parse_logprobs(block, alternatives=0)
+    assert only_own is not None and only_own[0].top == () and only_own[0].logprob == -0.5
 
 
 def test_the_sidecar_declares_the_extensions_only_when_it_may_send_them():

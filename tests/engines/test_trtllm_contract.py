@@ -25,6 +25,7 @@ from engines.protocol import (
     GenerationRequest,
     SamplingParams,
 )
+from engines.trtllm import token_logprobs
 
 FAKES = Path(__file__).parent / "fakes"
 SCRIPT = "Hello, world! This is a fake completion."
@@ -189,6 +190,34 @@ async def test_penalties_and_min_tokens_reach_the_sampling_params_contract(fake_
     )
     assert {name: getattr(penalised, name) for name in asked} == asked
     await engine.shutdown()
+
+
+@pytest.mark.parametrize("alternatives", [0, 2])
+async def test_logprobs_are_asked_for_and_read_per_token_contract(fake_trtllm, hf_checkpoint, alternatives):
+    # What the fake cannot prove: the values (the real sampler's); it does the shapes of executor/result.py.
+    engine = await started(config(hf_checkpoint))
+    deltas = await collect(engine, request(max_tokens=5, ignore_eos=True, logprobs=alternatives))
+    (llm,) = fake_trtllm.LLM.instances
+    _, params = llm.requests[-1]
+    assert params.logprobs == max(1, alternatives)  # 0 would be read as off: ask for 1, keep the token's own
+    entries = [e for d in deltas for e in d.logprobs or ()]
+    assert [e.token for e in entries] == [chr(t) for d in deltas for t in d.token_ids]
+    assert all(e.logprob == -0.5 for e in entries)  # the chosen token's, not an alternative's
+    assert all(len(e.top) == alternatives and (not e.top or e.top[0] == (e.token, -0.5)) for e in entries)
+    await engine.shutdown()
+
+
+async def test_without_logprobs_asked_none_are_requested_contract(fake_trtllm, hf_checkpoint):
+    engine = await started(config(hf_checkpoint))
+    deltas = await collect(engine, request(max_tokens=3))
+    (llm,) = fake_trtllm.LLM.instances
+    assert llm.requests[-1][1].logprobs is None and all(d.logprobs is None for d in deltas)
+    await engine.shutdown()
+
+
+def test_older_float_logprobs_are_read_too():
+    entries = token_logprobs([65, 66], [-0.25, float("-inf")], 3, chr)
+    assert [(e.token, e.logprob, e.top) for e in entries] == [("A", -0.25, ()), ("B", -9999.0, ())]
 
 
 async def test_logit_bias_is_refused_naming_it_contract(fake_trtllm, hf_checkpoint):

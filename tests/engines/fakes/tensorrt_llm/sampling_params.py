@@ -22,6 +22,8 @@ class SamplingParams:
     repetition_penalty: float | None = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
+    logprobs: int | None = None  # per output token (OutputConfig); the PyTorch backend returns them iff truthy
+    prompt_logprobs: int | None = None
     ignore_eos: bool = False
     detokenize: bool = True
     add_special_tokens: bool = True
@@ -31,6 +33,9 @@ class SamplingParams:
         self.best_of = self.best_of or self.n
         if self.best_of < self.n:
             raise ValueError(f"best_of ({self.best_of}) cannot be less than n ({self.n})")
+        # As _validate: "correct types as users might pass in logprob=True"; 0 stays 0, which is falsy, so
+        # _get_output_config's return_log_probs=bool(self.logprobs) is off for logprobs=0.
+        self.logprobs = self.logprobs and int(self.logprobs)
 
     @property
     def _greedy_decoding(self) -> bool:

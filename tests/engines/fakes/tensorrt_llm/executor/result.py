@@ -17,11 +17,18 @@ Kept faithful where our adapter depends on it:
 import asyncio
 import json
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, NamedTuple
 
 
 class RequestError(RuntimeError):
     """As tensorrt_llm.executor.utils.RequestError (exported by tensorrt_llm.llmapi): one request failed."""
+
+
+class Logprob(NamedTuple):
+    """As executor/result.py: one candidate's log probability and its rank among the candidates."""
+
+    logprob: float
+    rank: int | None = None
 
 
 @dataclass(slots=True)
@@ -31,8 +38,11 @@ class CompletionOutput:
     token_ids: list[int] | None = field(default_factory=list)
     finish_reason: Literal["stop", "length", "timeout", "cancelled"] | None = None
     stop_reason: int | str | None = None
+    # Recent main: TokenLogprobs, one {token_id: Logprob} per output token (the top-k and the chosen token).
+    logprobs: list = field(default_factory=list)
     _last_text_len: int = field(default=0, init=False, repr=False)
     _last_token_ids_len: int = field(default=0, init=False, repr=False)
+    _last_logprobs_len: int = field(default=0, init=False, repr=False)
 
     @property
     def length(self) -> int:
@@ -45,6 +55,10 @@ class CompletionOutput:
     @property
     def token_ids_diff(self) -> list[int]:
         return self.token_ids[self._last_token_ids_len :]
+
+    @property
+    def logprobs_diff(self) -> list:
+        return self.logprobs[self._last_logprobs_len :]
 
 
 class GenerationResult:
@@ -101,8 +115,13 @@ class GenerationResult:
         out = self._outputs[0]
         params = self.sampling_params
         out._last_token_ids_len = len(out.token_ids)
+        out._last_logprobs_len = len(out.logprobs)
         if token_id is not None:
             out.token_ids.append(token_id)
+            if params.logprobs:
+                # The chosen token first, then the next candidates: logprobs entries in all (rank 1 = likeliest).
+                candidates = [token_id] + [token_id + i for i in range(1, params.logprobs)]
+                out.logprobs.append({t: Logprob(-0.5 * rank, rank) for rank, t in enumerate(candidates, start=1)})
         if finish_reason is not None:
             self._done = True
             out.finish_reason = finish_reason
@@ -110,7 +129,10 @@ class GenerationResult:
             # FinishReason.STOP_WORDS: truncate the stop word's ids (one id per character here) unless asked to keep it.
             out.stop_reason = stop
             if not params.include_stop_str_in_output:
-                out.token_ids = out.token_ids[: -(1 if isinstance(stop, int) else len(stop))]
+                cut = 1 if isinstance(stop, int) else len(stop)
+                out.token_ids = out.token_ids[:-cut]
+                if out.logprobs:
+                    out.logprobs = out.logprobs[:-cut]
         if params.detokenize:
             out._last_text_len = len(out.text)
             # Incremental: the text so far plus the decoded diff of the ids (empty after a truncation).

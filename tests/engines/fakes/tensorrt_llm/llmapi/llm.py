@@ -41,6 +41,13 @@ def detokenize(token_ids) -> str:
     return "".join(chr(t) for t in token_ids if t != END_ID)
 
 
+class _Tokenizer:
+    """As llmapi/tokenizer.py's TransformersTokenizer, for decode: the script's token ids are code points."""
+
+    def decode(self, token_ids, *args, **kwargs) -> str:
+        return detokenize([token_ids] if isinstance(token_ids, int) else token_ids)
+
+
 class _Executor:
     """Steps every live request by one token per iteration; keeps consumed-on-read iteration stats."""
 
@@ -178,6 +185,10 @@ class LLM:
         if self._executor is None:
             self._executor = _Executor(self)  # the result queues live on the caller's event loop
         return self._executor
+
+    @property
+    def tokenizer(self) -> _Tokenizer:
+        return _Tokenizer()
 
     @property
     def live_requests(self) -> int:
