@@ -217,7 +217,7 @@ def test_the_trend_is_the_least_squares_slope_and_never_negative():
 
 
 def test_a_rising_demand_is_met_where_it_will_be_once_new_replicas_are_up():
-    ahead = ScalingTargets(scale_ahead_s=10.0)
+    ahead = ScalingTargets(scale_ahead_s=10.0, trend_window_s=2.0)
     ctx = context(replica(running_requests=16))
     now = desired_replicas(ctx, ahead)  # 16 / 12 -> 2 replicas
     history = [(0.0, 1.0), (1.0, 1.2), (2.0, 1.4)]  # +0.2 replicas a second
@@ -229,3 +229,5 @@ def test_a_rising_demand_is_met_where_it_will_be_once_new_replicas_are_up():
     falling = [(0.0, 3.0), (1.0, 2.0), (2.0, 1.4)]
     assert scaled_ahead(now, falling, ctx, ahead).replicas == now.replicas  # never lowers, never early down
     assert scaled_ahead(now, [(0.0, 1.0), (1.0, 50.0), (2.0, 99.0)], ctx, ahead).replicas == 8  # within max
+    young = ScalingTargets(scale_ahead_s=10.0, trend_window_s=10.0)
+    assert scaled_ahead(now, history, ctx, young).replicas == now.replicas  # 2 s of a 10 s window: no trend yet

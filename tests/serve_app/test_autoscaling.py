@@ -149,7 +149,7 @@ def test_recent_latency_takes_ttft_from_the_first_delta_and_tpot_from_the_last_a
 
 
 def test_the_policy_scales_ahead_of_a_rising_demand_on_the_contexts_clock():
-    policy = EngineLoadPolicy(scale_ahead_s=10.0, trend_window_s=5.0)
+    policy = EngineLoadPolicy(scale_ahead_s=10.0, trend_window_s=2.0)
     busy = EngineStats(running_requests=4, queued_requests=0, max_running_requests=16)  # 4/12: 1 replica
 
     answers = []
