@@ -39,8 +39,8 @@ from bench.arrivals import SpikeShape, arrival_times
 from bench.client import MonotonicClock, TargetConfig
 from bench.loadgen import LoadConfig, run_load
 from bench.local_serve import local_serve
-from bench.records import RequestRecord, write_jsonl
-from bench.replicas import ReplicaSample, ReplicaStart, replica_starts, write_samples
+from bench.records import RequestRecord, read_jsonl, write_jsonl
+from bench.replicas import ReplicaSample, ReplicaStart, read_samples, replica_starts, write_samples
 from bench.report import machine_info
 from bench.spike_fleet import DURATIONS_S, MODEL, MODES, SHAPES, Mode, SpikeFleet, app_args, fleet_for
 from bench.spike_report import ModeReport, mode_report, sim_gap, table
@@ -137,6 +137,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         help="our policy's predictive term (AutoscalingSpec.scale_ahead_s): set it to a new replica's start-up time",
     )
     p.add_argument("--sim-only", action="store_true", help="only the simulator (seconds; for sizing a fleet)")
+    p.add_argument(
+        "--rescore",
+        action="store_true",
+        help="no new run: score the records and replicas already in --out again (and simulate again, with the "
+        "start-up times that run measured): after a change to the report or the simulator",
+    )
     p.add_argument(
         "--sim-extra-startup-s",
         type=float,
@@ -247,7 +253,7 @@ def run(args: argparse.Namespace) -> int:
         records_by_mode: dict[str, list[RequestRecord]] = {}
         starts: list[ReplicaStart] = []
         traces: list[float] = []  # when each autoscaled mode's trace began (epoch s): its replica starts follow
-        if not args.sim_only:
+        if not args.sim_only and not args.rescore:
             import ray
 
             with local_serve("bench-spike", num_cpus=args.num_cpus) as url:
@@ -264,6 +270,14 @@ def run(args: argparse.Namespace) -> int:
         # Starts that ended during a trace (serve.run returns once the deploy's replicas run): scale-ups under load.
         in_traces = [s for s in starts if any(b < s.wall_time < b + duration + 30.0 for b in traces)]
         startup = {v.name: mean_startup_s(in_traces, v.name, 0.0) for v in fleet.variants}
+        if args.rescore:
+            earlier = json.loads((out / "spike.json").read_text())
+            startup = earlier["measured_startup_s"]
+            command = f"{earlier.get('command', '?')}`, rescored with `{command}"
+            for mode in modes:
+                records, ready = read_jsonl(out / mode / "records.jsonl"), read_samples(out / mode / "replicas.jsonl")
+                real.append(mode_report(mode, "serve", records, ready, fleet, shape.peak_windows(), duration))
+                ready_by_mode[mode], records_by_mode[mode] = ready, records
         sims = {"sim (preset start-up)": _simulate(fleet, shape_name, duration, modes, args.seed, 0.0)}
         measured = [
             s - v.profile(fleet.startup_time_scale).startup_s
@@ -285,6 +299,7 @@ def run(args: argparse.Namespace) -> int:
                 records_by_mode, ready_by_mode, [v.name for v in fleet.variants], out / "load_and_replicas.png"
             )
         payload["shapes"][shape_name] = {
+            "command": command,
             "fleet": fleet.model_dump(),
             "shape": shape.model_dump(),
             "duration_s": duration,
