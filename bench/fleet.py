@@ -72,7 +72,7 @@ def variant_args(pool: PoolSpec, replica_choice: str = "least_prefill") -> dict[
     }
 
 
-def app_args(scenario: Scenario, model_name: str = "fleet") -> dict[str, Any]:
+def app_args(scenario: Scenario, model_name: str = "fleet", ingress_replicas: int = 1) -> dict[str, Any]:
     """The ``args`` of ``serve_app.app:build_app`` that run ``scenario``'s pools with its router config."""
     longest = max(p.engine_profile().context_length for p in scenario.pools)
     return {
@@ -81,7 +81,7 @@ def app_args(scenario: Scenario, model_name: str = "fleet") -> dict[str, Any]:
         "tokenizer": TOKENIZER,
         "variants": [variant_args(p, scenario.replica_choice) for p in scenario.pools],
         "router": scenario.router.model_dump(mode="json", exclude_defaults=True),
-        "ingress": {"num_replicas": 1, "num_cpus": 0.25, "max_ongoing_requests": 4096},
+        "ingress": {"num_replicas": ingress_replicas, "num_cpus": 0.25, "max_ongoing_requests": 4096},
         "limits": {
             "max_prompt_tokens": longest,
             "max_tokens_limit": longest,

@@ -86,6 +86,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "(bench/routing_fleet.py); rates are fractions of the simulator's capacity estimate",
     )
     p.add_argument(
+        "--ingress-replicas",
+        type=int,
+        default=1,
+        help="with --scenario: ingress replicas of each policy (one ingress streams every token of its fleet)",
+    )
+    p.add_argument(
+        "--parallel",
+        action="store_true",
+        help="with --scenario: a fleet of its own per policy, all policies driven at once (a host with the cores)",
+    )
+    p.add_argument(
         "--fleet-scale",
         type=float,
         default=1.0,

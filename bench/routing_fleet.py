@@ -16,11 +16,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import multiprocessing
 import shlex
 import sys
 import time
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import cast
 
 from pydantic import BaseModel, Field
 
@@ -32,6 +36,7 @@ from bench.records import RequestRecord, write_jsonl
 from bench.report import machine_info
 from bench.routing_results import STEADY_FROM, Bar, SweepPoint, bar, sweep_point
 from bench.summary import Summary
+from router.config import Policy
 from sim.capacity import CapacityEstimate, estimate_capacity
 from sim.scenario import SCENARIOS, Scenario, simulate
 
@@ -179,12 +184,72 @@ def _point(policy: str, rate: float, records: list[RequestRecord], scenario: Sce
     )
 
 
-def run(args: argparse.Namespace) -> int:
+def _log(started: float, text: str) -> None:
+    print(f"[{time.monotonic() - started:5.0f} s] {text}", flush=True)
+
+
+def _deploy(args: argparse.Namespace, base_args: dict, base_url: str, started: float) -> dict[str, str]:
+    """Deploys the fleet and one ingress per policy; each policy's URL. Shared engines (one fleet, the policies
+    take turns) by default; ``--parallel``: a fleet of its own per policy, all driven at once."""
     from ray import serve
 
-    from bench.local_serve import local_serve
-    from bench.routing import _log, _policy_ingress, engine_limits, policy_args
+    from bench.routing import _policy_ingress, engine_limits, policy_args
     from serve_app.app import build_app
+
+    names = {policy: f"routing-{policy.replace('_', '-')}" for policy in args.policies}
+    if args.parallel:
+        serve.run_many(
+            [
+                serve.RunTarget(
+                    build_app(policy_args(base_args, policy, None, args.router)), name=name, route_prefix=f"/{name}"
+                )
+                for policy, name in names.items()
+            ]
+        )
+        _log(started, f"{len(names)} fleets up, one per policy")
+        return {policy: f"{base_url}/{name}" for policy, name in names.items()}
+    serve.run(build_app(base_args), name=BASE_APP, route_prefix="/")
+    limits = asyncio.run(engine_limits(base_url))
+    _log(started, f"fleet up: {limits}")
+    serve.run_many(
+        [
+            serve.RunTarget(
+                _policy_ingress(policy_args(base_args, policy, None, args.router), BASE_APP),
+                name=name,
+                route_prefix=f"/{name}",
+            )
+            for policy, name in names.items()
+        ]
+    )
+    _log(started, f"ingresses up: {', '.join(names.values())}")
+    return {policy: f"{base_url}/{name}" for policy, name in names.items()}
+
+
+def _send_blocking(url: str, model: str, specs: list, duration_s: float, timeout_s: float) -> list[RequestRecord]:
+    return asyncio.run(_send(url, model, specs, duration_s, timeout_s))
+
+
+def _drive(
+    urls: dict[str, str], model: str, specs: list, duration_s: float, timeout_s: float, parallel: bool
+) -> Iterator[tuple[str, list[RequestRecord]]]:
+    """Each policy's records for ``specs``: one policy after another, or (``parallel``) all at once, each from a
+    load generator process of its own so that no client competes with another for one event loop."""
+    if not parallel:
+        for policy, url in urls.items():
+            yield policy, _send_blocking(url, model, specs, duration_s, timeout_s)
+        return
+    context = multiprocessing.get_context("spawn")  # a fork of a Ray driver is not safe
+    with ProcessPoolExecutor(max_workers=len(urls), mp_context=context) as pool:
+        futures = {
+            policy: pool.submit(_send_blocking, url, model, specs, duration_s, timeout_s)
+            for policy, url in urls.items()
+        }
+        for policy, future in futures.items():
+            yield policy, future.result()
+
+
+def run(args: argparse.Namespace) -> int:
+    from bench.local_serve import local_serve
 
     started = time.monotonic()
     make = SCENARIOS[args.scenario]
@@ -192,7 +257,7 @@ def run(args: argparse.Namespace) -> int:
     fractions = args.rate_fractions or list(DEFAULT_FRACTIONS)
     base = fleet_scenario(make, duration_s, 1.0, args.fleet_scale)
     estimate = estimate_capacity(base)
-    base_args = app_args(base)
+    base_args = app_args(base, ingress_replicas=args.ingress_replicas)
     timeout_s = args.request_timeout_s or 300.0
     out = args.out or Path(f"bench/results/routing-fleet/{args.scenario}")
     command = shlex.join(["python", "-m", "bench", *getattr(args, "argv", sys.argv[1:])])
@@ -200,30 +265,15 @@ def run(args: argparse.Namespace) -> int:
     replicas = {v["name"]: v["num_replicas"] for v in base_args["variants"]}
     points: list[FleetPoint] = []
     with local_serve("bench-routing-fleet") as base_url:
-        serve.run(build_app(base_args), name=BASE_APP, route_prefix="/")
-        limits = asyncio.run(engine_limits(base_url))
-        _log(started, f"fleet up: {limits}; capacity {estimate.capacity:.2f} req/s")
-        names = {policy: f"routing-{policy.replace('_', '-')}" for policy in args.policies}
-        serve.run_many(
-            [
-                serve.RunTarget(
-                    _policy_ingress(policy_args(base_args, policy, None, args.router), BASE_APP),
-                    name=name,
-                    route_prefix=f"/{name}",
-                )
-                for policy, name in names.items()
-            ]
-        )
-        _log(started, f"ingresses up: {', '.join(names.values())}")
+        urls = _deploy(args, base_args, base_url, started)
         for i, fraction in enumerate(fractions):
             scenario = fleet_scenario(make, duration_s, fraction * estimate.rate_scale, args.fleet_scale)
             scenario = scenario.model_copy(update={"seed": args.seed + i})
             specs = scenario_requests(scenario)
             rate = round(fraction * estimate.capacity, 2)
-            for policy, name in names.items():
-                records = asyncio.run(_send(f"{base_url}/{name}", model, specs, duration_s, timeout_s))
+            for policy, records in _drive(urls, model, specs, duration_s, timeout_s, args.parallel):
                 write_jsonl(records, out / policy / f"rate-{rate:g}" / "records.jsonl")
-                sim_result, _ = simulate(scenario, policy, "static")
+                sim_result, _ = simulate(scenario, cast(Policy, policy), "static")
                 write_jsonl(sim_result.records, out / policy / f"rate-{rate:g}" / "sim-records.jsonl")
                 point = FleetPoint(
                     fraction=fraction,
