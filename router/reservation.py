@@ -23,7 +23,7 @@ reservation never turns a met SLO into a miss.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from router.latency import Load
 from router.types import RequestFeatures, VariantView
@@ -103,11 +103,19 @@ def _taking(view: VariantView, load: Load, request: RequestFeatures) -> Load:
     it adds its share of the prefill queue, of the batch and of the batch's context, as a request routed now
     would find them."""
     replicas = max(view.ready_replicas, view.starting_replicas, 1)
-    return replace(
-        load,
-        queued_prompt_tokens=load.queued_prompt_tokens + request.prompt_tokens / replicas,
+    # Built directly rather than with dataclasses.replace: this runs for every option of every decision.
+    return Load(
         running=min(float(load.max_running), load.running + 1.0 / replicas),
+        queued=load.queued,
+        queued_prompt_tokens=load.queued_prompt_tokens + request.prompt_tokens / replicas,
+        waiting_for_slot=load.waiting_for_slot,
+        max_running=load.max_running,
         context_tokens=load.context_tokens + request.prompt_tokens / replicas,
+        startup_ms=load.startup_ms,
+        prefill_tokens_per_s=load.prefill_tokens_per_s,
+        decode_tokens_left=load.decode_tokens_left,
+        measured_tpot_ms=load.measured_tpot_ms,
+        measured_batch=load.measured_batch,
     )
 
 
@@ -155,11 +163,13 @@ def _room(
     under ``load``, on predictions inflated by ``error_margin_scale`` times the learned margins."""
     model = view.latency
     room = 1.0
+    ttft_lift = 1.0 + error_margin_scale * model.ttft_margin
+    tpot_lift = 1.0 + error_margin_scale * model.tpot_margin
     for (ttft_target, tpot_target), kind in kinds:
+        # Both from one pass (LatencyModel.predict_request), at the kind's mean prompt rounded to a token.
+        ttft, tpot = model.predict_request(round(kind.prompt_tokens), load)
         if ttft_target is not None:
-            ttft = model.predict_ttft_ms(round(kind.prompt_tokens), load)
-            room = min(room, 1.0 - ttft * (1.0 + error_margin_scale * model.ttft_margin) / ttft_target)
+            room = min(room, 1.0 - ttft * ttft_lift / ttft_target)
         if tpot_target is not None:
-            tpot = model.predict_load_tpot_ms(load, None, kind.prompt_tokens)
-            room = min(room, 1.0 - tpot * (1.0 + error_margin_scale * model.tpot_margin) / tpot_target)
+            room = min(room, 1.0 - tpot * tpot_lift / tpot_target)
     return room

@@ -110,7 +110,9 @@ class VariantView:
     context_tokens: int = 0  # tokens the ready replicas' running sequences hold in KV, as reported (0: unknown)
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: one is built per candidate variant per decision, and a frozen dataclass's __init__ costs three
+# times a plain one's (object.__setattr__ per field). Treat it as immutable all the same.
+@dataclass(slots=True)
 class Prediction:
     """The latency one variant is predicted to give a request, and whether that meets the request's SLO.
 
