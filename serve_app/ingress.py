@@ -17,6 +17,8 @@ the request inside the engine.
 
 # No `from __future__ import annotations` here: FastAPI must resolve the route parameters' annotations.
 import asyncio
+import dataclasses
+import functools
 import json
 import logging
 import time
@@ -276,22 +278,38 @@ class Ingress:
 
     async def _generate(self, request: Request, *, chat: bool) -> Response:
         flight = self._new_flight(_request_id(request.headers))
+        body_once: list[Any] = []  # the body, read once: every choice of an n > 1 request starts from it
+
+        async def read_body() -> Any:
+            if not body_once:
+                body_once.append(await self._read_json(request))
+            return body_once[0]
+
         inbound = _Inbound(
             chat=chat,
             authorization=request.headers.get("authorization"),
             slo_headers=request.headers,
-            read_body=lambda: self._read_json(request),
+            read_body=read_body,
         )
+        flights = [flight]
         try:
             req, first = await self._start(flight, inbound)
+            firsts = [first]
+            if req.n > 1:
+                more = await self._more_choices(flight, inbound, body_once[0], req.n)
+                flights += [f for f, _ in more]
+                firsts += [d for _, d in more]
         except Exception as exc:
+            for other in flights[1:]:
+                self._fail(other, exc, None)
             error, (status, body, headers) = self._fail(flight, exc, None)
             logger.info("request %s rejected: %s %s", flight.request_id, status, error)
             response = JSONResponse(body, status_code=status, headers=headers)
             response.headers.update(flight.headers)
             return response
         except BaseException:
-            self._finish(flight, None, 499)
+            for each in flights:
+                self._finish(each, None, 499)
             raise
 
         shape = ResponseShape(
@@ -302,6 +320,14 @@ class Ingress:
             logprobs=req.requested_logprobs() is not None,
         )
         echo = self._prompts.text(req.prompt) if not chat and req.echo else ""  # the prompt, before the completion
+        if len(flights) > 1:
+            if req.stream:
+                return StreamingResponse(
+                    self._relay_choices(flights, firsts, shape, req.include_usage, echo),
+                    media_type="text/event-stream",
+                    headers={**flight.headers, "cache-control": "no-cache"},
+                )
+            return await self._collect_choices(flights, firsts, shape, echo)
         if req.stream:
             return StreamingResponse(
                 self._relay(flight, first, shape, req.include_usage, echo),
@@ -309,6 +335,123 @@ class Ingress:
                 headers={**flight.headers, "cache-control": "no-cache"},
             )
         return await self._collect(flight, first, shape, echo)
+
+    async def _more_choices(
+        self, flight: _Flight, inbound: _Inbound, body: dict, n: int
+    ) -> list[tuple[_Flight, Delta]]:
+        """Choices 1..n-1 of a request whose choice 0 has its first token: each its own request through the
+        pipeline (routed, admitted against the key's limits, its own engine request), started together. A seed is
+        offset by the choice's index, or every choice would be the same text. All of them, or an error (the ones
+        started are ended)."""
+        extra = [self._new_flight(f"{flight.request_id}-{i}") for i in range(1, n)]
+
+        def body_of(i: int) -> dict:
+            seed = body.get("seed")
+            return {**body, "seed": seed + i} if type(seed) is int else body
+
+        starts = [
+            self._start(f, dataclasses.replace(inbound, read_body=functools.partial(_ready, body_of(i))))
+            for i, f in enumerate(extra, start=1)
+        ]
+        results = await asyncio.gather(*starts, return_exceptions=True)
+        failure = next((r for r in results if isinstance(r, BaseException)), None)
+        if failure is not None:
+            for f in extra:
+                if isinstance(failure, Exception):
+                    self._fail(f, failure, None)
+                else:  # cancelled: the client went away
+                    self._finish(f, None, 499)
+            raise failure
+        return [(f, r[1]) for f, r in zip(extra, results, strict=True)]  # type: ignore[index]
+
+    async def _relay_choices(
+        self, flights: list[_Flight], firsts: list[Delta], shape: ResponseShape, include_usage: bool, echo: str
+    ) -> AsyncIterator[bytes]:
+        """``_relay`` for n > 1: every choice's chunks as they come, each with its index; one error ends them all."""
+        queue: asyncio.Queue[tuple[int, Delta | Exception | None]] = asyncio.Queue()
+        lasts = list(firsts)
+
+        async def pump(index: int) -> None:
+            try:
+                async with aclosing(self._deltas(flights[index], firsts[index])) as deltas:
+                    async for delta in deltas:
+                        await queue.put((index, delta))
+                await queue.put((index, None))
+            except Exception as exc:
+                await queue.put((index, exc))
+
+        tasks = [asyncio.ensure_future(pump(i)) for i in range(len(flights))]
+        status = 499
+        try:
+            if echo:
+                for index in range(len(flights)):
+                    yield shape.sse_chunk(echo, None, None, index)
+            running = len(flights)
+            while running:
+                index, item = await queue.get()
+                if item is None:
+                    running -= 1
+                    continue
+                if isinstance(item, Exception):
+                    raise item
+                lasts[index] = item
+                if item.text or item.finish_reason or item.logprobs:
+                    yield shape.sse_chunk(item.text, openai_finish_reason(item.finish_reason), item.logprobs, index)
+            status = 200
+            if include_usage:
+                yield sse(shape.usage_chunk(lasts[0].prompt_tokens, sum(d.completion_tokens for d in lasts)))
+            yield DONE
+        except Exception as exc:  # after the first token: an error event, then [DONE]
+            for f, last in zip(flights[1:], lasts[1:], strict=True):
+                self._fail(f, exc, last)
+            error, (status, body, _) = self._fail(flights[0], exc, lasts[0])
+            logger.warning("request %s failed mid-stream: %s", flights[0].request_id, error)
+            yield sse(body)
+            yield DONE
+        finally:
+            for task in tasks:
+                task.cancel()
+            for f, last in zip(flights, lasts, strict=True):
+                self._finish(f, last, status)
+
+    async def _collect_choices(
+        self, flights: list[_Flight], firsts: list[Delta], shape: ResponseShape, echo: str
+    ) -> Response:
+        """``_collect`` for n > 1: every choice whole, in one response."""
+
+        async def one(index: int) -> tuple[str, Delta, list[TokenLogprob]]:
+            parts, last = [echo], firsts[index]
+            logprobs: list[TokenLogprob] = []
+            async with aclosing(self._deltas(flights[index], firsts[index])) as deltas:
+                async for delta in deltas:
+                    parts.append(delta.text)
+                    logprobs.extend(delta.logprobs or ())
+                    last = delta
+            return "".join(parts), last, logprobs
+
+        status = 499
+        results: list[tuple[str, Delta, list[TokenLogprob]]] = []
+        tasks = [asyncio.ensure_future(one(i)) for i in range(len(flights))]
+        try:
+            results = list(await asyncio.gather(*tasks))
+            status = 200
+        except Exception as exc:
+            for task in tasks:  # gather leaves the others running
+                task.cancel()
+            for f in flights[1:]:
+                self._fail(f, exc, None)
+            _, (status, body, headers) = self._fail(flights[0], exc, None)
+            return JSONResponse(body, status_code=status, headers=headers)
+        finally:
+            lasts = [r[1] for r in results] if results else [None] * len(flights)
+            for f, last in zip(flights, lasts, strict=True):
+                self._finish(f, last, status)
+        body = shape.full_choices(
+            [(text, openai_finish_reason(last.finish_reason), logprobs) for text, last, logprobs in results],
+            results[0][1].prompt_tokens,
+            sum(last.completion_tokens for _, last, _ in results),
+        )
+        return JSONResponse(body, headers=flights[0].headers)
 
     async def _relay(
         self, flight: _Flight, first: Delta, shape: ResponseShape, include_usage: bool, echo: str = ""

@@ -24,6 +24,9 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, Vali
 from engines.errors import InvalidRequestError
 from engines.protocol import SamplingParams
 
+# The most choices (``n``) one request may ask for: each is an engine request of its own.
+MAX_CHOICES = 8
+
 
 class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="ignore")
@@ -60,7 +63,12 @@ class _SamplingFields(BaseModel):
     logit_bias: dict[str, StrictFloat] | None = Field(
         None, description="Token id (as a string) -> bias in [-100, 100] added to its logit."
     )
-    n: int = Field(1, ge=1, le=1, description="Only one choice per request is supported.")
+    n: int = Field(
+        1,
+        ge=1,
+        le=MAX_CHOICES,
+        description="Choices to generate: one engine request each (a seed is offset by the choice's index).",
+    )
     stream: bool = False
     stream_options: StreamOptions | None = None
     priority: int | None = Field(

@@ -42,8 +42,8 @@ class ResponseShape:
     chat: bool
     system_fingerprint: str | None = None
     logprobs: bool = False  # the request asked for them: every choice carries a logprobs object
-    _sent_role: bool = field(default=False)
-    _text_offset: int = field(default=0)  # completions' text_offset of the next token
+    _sent_role: set[int] = field(default_factory=set)  # the choices whose first chunk carried the role
+    _text_offset: dict[int, int] = field(default_factory=dict)  # per choice: text_offset of its next token
 
     @property
     def chunk_object(self) -> str:
@@ -55,7 +55,7 @@ class ResponseShape:
             body["system_fingerprint"] = self.system_fingerprint
         return body
 
-    def _logprobs(self, entries: Sequence[TokenLogprob] | None) -> dict | None:
+    def _logprobs(self, entries: Sequence[TokenLogprob] | None, index: int = 0) -> dict | None:
         """OpenAI's logprobs object for ``entries`` (chat: ``content``; completions: parallel lists), or None
         when the request asked for none."""
         if not self.logprobs:
@@ -64,9 +64,11 @@ class ResponseShape:
         if self.chat:
             return {"content": [_chat_token(e) for e in entries], "refusal": None}
         offsets = []
+        offset = self._text_offset.get(index, 0)
         for e in entries:
-            offsets.append(self._text_offset)
-            self._text_offset += len(e.token)
+            offsets.append(offset)
+            offset += len(e.token)
+        self._text_offset[index] = offset
         return {
             "tokens": [e.token for e in entries],
             "token_logprobs": [e.logprob for e in entries],
@@ -74,22 +76,35 @@ class ResponseShape:
             "text_offset": offsets,
         }
 
-    def chunk(self, text: str, finish_reason: str | None, logprobs: Sequence[TokenLogprob] | None = None) -> dict:
+    def chunk(
+        self,
+        text: str,
+        finish_reason: str | None,
+        logprobs: Sequence[TokenLogprob] | None = None,
+        index: int = 0,
+    ) -> dict:
         body = self._base(self.chunk_object)
+        lp = self._logprobs(logprobs, index)
         if self.chat:
             delta: dict = {"content": text}
-            if not self._sent_role:
+            if index not in self._sent_role:
                 delta["role"] = "assistant"
-                self._sent_role = True
-            choice = {"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": self._logprobs(logprobs)}
+                self._sent_role.add(index)
+            choice = {"index": index, "delta": delta, "finish_reason": finish_reason, "logprobs": lp}
         else:
-            choice = {"index": 0, "text": text, "finish_reason": finish_reason, "logprobs": self._logprobs(logprobs)}
+            choice = {"index": index, "text": text, "finish_reason": finish_reason, "logprobs": lp}
         body["choices"] = [choice]
         return body
 
-    def sse_chunk(self, text: str, finish_reason: str | None, logprobs: Sequence[TokenLogprob] | None = None) -> bytes:
-        """One streamed text chunk, framed for SSE."""
-        return sse(self.chunk(text, finish_reason, logprobs))
+    def sse_chunk(
+        self,
+        text: str,
+        finish_reason: str | None,
+        logprobs: Sequence[TokenLogprob] | None = None,
+        index: int = 0,
+    ) -> bytes:
+        """One streamed text chunk of choice ``index``, framed for SSE."""
+        return sse(self.chunk(text, finish_reason, logprobs, index))
 
     def usage_chunk(self, prompt_tokens: int, completion_tokens: int) -> dict:
         body = self._base(self.chunk_object)
@@ -105,18 +120,26 @@ class ResponseShape:
         completion_tokens: int,
         logprobs: Sequence[TokenLogprob] | None = None,
     ) -> dict:
-        if self.chat:
-            body = self._base("chat.completion")
-            choice = {
-                "index": 0,
-                "message": {"role": "assistant", "content": text},
-                "finish_reason": finish_reason,
-                "logprobs": self._logprobs(logprobs),
-            }
-        else:
-            body = self._base("text_completion")
-            choice = {"index": 0, "text": text, "finish_reason": finish_reason, "logprobs": self._logprobs(logprobs)}
-        body["choices"] = [choice]
+        return self.full_choices([(text, finish_reason, logprobs)], prompt_tokens, completion_tokens)
+
+    def full_choices(
+        self,
+        choices: Sequence[tuple[str, str | None, Sequence[TokenLogprob] | None]],
+        prompt_tokens: int,
+        completion_tokens: int,
+    ) -> dict:
+        """The whole response, one choice per (text, finish_reason, logprobs) indexed in order; usage is the
+        request's: the prompt once, every choice's completion tokens."""
+        body = self._base("chat.completion" if self.chat else "text_completion")
+        out = []
+        for index, (text, finish_reason, logprobs) in enumerate(choices):
+            lp = self._logprobs(logprobs, index)
+            if self.chat:
+                message = {"role": "assistant", "content": text}
+                out.append({"index": index, "message": message, "finish_reason": finish_reason, "logprobs": lp})
+            else:
+                out.append({"index": index, "text": text, "finish_reason": finish_reason, "logprobs": lp})
+        body["choices"] = out
         body["usage"] = usage(prompt_tokens, completion_tokens)
         return body
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+import httpx
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
@@ -28,7 +29,10 @@ STATUSES: Counter[int] = Counter()
 
 @pytest.fixture(scope="module")
 def api_schema(llm_url):
-    return schemathesis.openapi.from_url(f"{llm_url}/openapi.json")
+    # Fetched here, not by schemathesis' loader: its 10 s read timeout is short for a replica's first request on a
+    # busy 2-core machine (the document is built then).
+    document = httpx.get(f"{llm_url}/openapi.json", timeout=120).raise_for_status().json()
+    return schemathesis.openapi.from_dict(document)
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -74,6 +74,36 @@ def test_echo_sends_the_prompt_back_before_the_completion(client):
     assert chunks[0] == "Once upon" and "".join(chunks) == full.choices[0].text
 
 
+def test_n_choices_each_a_whole_answer_streamed_or_not(client):
+    full = client.completions.create(
+        model=MODEL, prompt="Once upon", max_tokens=5, temperature=0, n=3, extra_body={"ignore_eos": True}
+    )
+    assert [c.index for c in full.choices] == [0, 1, 2] and all(c.text for c in full.choices)
+    assert full.usage is not None and full.usage.completion_tokens == 3 * 5  # every choice's tokens
+    one = client.completions.create(model=MODEL, prompt="Once upon", max_tokens=1)
+    assert one.usage is not None and full.usage.prompt_tokens == one.usage.prompt_tokens  # the prompt counts once
+    stream = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Say hello"}],
+        max_tokens=6,
+        n=2,
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_body={"ignore_eos": True},
+    )
+    texts: dict[int, str] = {0: "", 1: ""}
+    roles, finished, usage = [], [], None
+    for chunk in stream:
+        usage = chunk.usage or usage
+        for choice in chunk.choices:
+            texts[choice.index] += choice.delta.content or ""
+            roles += [choice.index] if choice.delta.role else []
+            finished += [choice.index] if choice.finish_reason else []
+    assert sorted(roles) == [0, 1] and sorted(finished) == [0, 1]  # each choice: its role once, its finish once
+    assert texts[0] and texts[1]
+    assert usage is not None and usage.completion_tokens == 2 * 6
+
+
 def test_openai_chat_streaming_with_usage_and_not(client):
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say hello"}]
     stream = client.chat.completions.create(

@@ -6,6 +6,7 @@ import pytest
 
 from engines.errors import InvalidRequestError
 from serve_app.openai_api import (
+    MAX_CHOICES,
     UNSUPPORTED_CHAT,
     UNSUPPORTED_COMPLETION,
     ChatCompletionRequest,
@@ -171,3 +172,11 @@ def test_bad_logprobs_are_a_400_naming_the_field(model, body, param):
     with pytest.raises(InvalidRequestError) as err:
         parse_request(model, body).sampling(16)
     assert err.value.param == param
+
+
+def test_n_choices_are_bounded():
+    assert parse_request(CompletionRequest, {**COMPLETION, "n": MAX_CHOICES}).n == MAX_CHOICES
+    for n in (0, MAX_CHOICES + 1):
+        with pytest.raises(InvalidRequestError) as err:
+            parse_request(ChatCompletionRequest, {**CHAT, "n": n})
+        assert err.value.param == "n"

@@ -93,3 +93,18 @@ def test_chat_logprobs_parse_as_openais_types_with_bytes():
 def test_without_logprobs_asked_choices_carry_none():
     shape = ResponseShape(id="cmpl-1", model="m", created=1, chat=False)
     assert shape.chunk("x", None, LOGPROBS)["choices"][0]["logprobs"] is None
+
+
+def test_several_choices_carry_their_index_and_each_its_own_role_and_offsets():
+    shape = ResponseShape(id="chatcmpl-1", model="m", created=1, chat=True)
+    chunks = [ChatCompletionChunk.model_validate(shape.chunk("x", None, None, i)) for i in (0, 1, 0, 1)]
+    assert [c.choices[0].index for c in chunks] == [0, 1, 0, 1]
+    assert [c.choices[0].delta.role for c in chunks] == ["assistant", "assistant", None, None]
+    completions = ResponseShape(id="cmpl-1", model="m", created=1, chat=False, logprobs=True)
+    completions.chunk("Hel", None, LOGPROBS[:1], 0)
+    second = completions.chunk("Hel", None, LOGPROBS[:1], 1)
+    assert second["choices"][0]["logprobs"]["text_offset"] == [0]  # offsets count per choice
+    whole = ResponseShape(id="cmpl-1", model="m", created=1, chat=False)
+    full = Completion.model_validate(whole.full_choices([("a", "stop", None), ("b", "length", None)], 3, 5))
+    assert [(c.index, c.text, c.finish_reason) for c in full.choices] == [(0, "a", "stop"), (1, "b", "length")]
+    assert full.usage is not None and (full.usage.prompt_tokens, full.usage.completion_tokens) == (3, 5)
