@@ -53,6 +53,7 @@ from bench.routing_results import (
     Bar,
     SweepPoint,
     bar,
+    bar_verdict,
     interference_table,
     markdown_table,
     prediction_table,
@@ -221,13 +222,7 @@ def render_report(sweep: RoutingSweep, variants: list[str], tiers: list[str], pl
             f"| {c.short_per_s:.1f} | {c.long_s:.2f} | {_num(c.long_per_s)} |"
         )
     b = sweep.bar
-    verdict = (
-        "no SLO policy point"
-        if b is None
-        else f"at {b.rate:.2f} req/s: {b.policy} {b.attainment:.1%}, best baseline {b.best_baseline} "
-        f"{(b.best_baseline_attainment or 0):.1%}, margin {(b.margin or 0):+.1%} "
-        f"(bar: >= {b.min_attainment:.0%} and >= {b.min_margin:+.0%}) -> **{'met' if b.met else 'NOT met'}**"
-    )
+    verdict = bar_verdict(b)
     lines = [
         "# Routing policies on mixed traffic",
         "",

@@ -34,7 +34,7 @@ from bench.load import drive
 from bench.loadgen import LoadConfig
 from bench.records import RequestRecord, write_jsonl
 from bench.report import machine_info
-from bench.routing_results import STEADY_FROM, Bar, SweepPoint, bar, sweep_point
+from bench.routing_results import STEADY_FROM, Bar, SweepPoint, bar, bar_verdict, sweep_point
 from bench.summary import Summary
 from router.config import Policy
 from sim.capacity import CapacityEstimate, estimate_capacity
@@ -116,16 +116,6 @@ def comparison_table(points: list[FleetPoint], variants: list[str], tiers: list[
     return "\n".join(lines)
 
 
-def bar_text(b: Bar | None) -> str:
-    if b is None:
-        return "no SLO policy point"
-    return (
-        f"at {b.rate:.2f} req/s: {b.policy} {b.attainment:.1%}, best baseline {b.best_baseline} "
-        f"{(b.best_baseline_attainment or 0):.1%}, margin {(b.margin or 0):+.1%} "
-        f"(bar: >= {b.min_attainment:.0%} and >= {b.min_margin:+.0%}) -> **{'met' if b.met else 'NOT met'}**"
-    )
-
-
 def render(sweep: FleetSweep, tiers: list[str]) -> str:
     gaps = sim_gaps(sweep.points)
     top = max((p.real.rate for p in sweep.points), default=0.0)
@@ -158,9 +148,9 @@ def render(sweep: FleetSweep, tiers: list[str]) -> str:
             "",
             comparison_table(sweep.points, variants, tiers),
             "",
-            f"**Bar, real stack:** {bar_text(sweep.real_bar)}",
+            f"**Bar, real stack:** {bar_verdict(sweep.real_bar)}",
             "",
-            f"**Bar, simulator:** {bar_text(sweep.sim_bar)}",
+            f"**Bar, simulator:** {bar_verdict(sweep.sim_bar)}",
             "",
             f"**Agreement:** {agreement}",
             "",

@@ -163,6 +163,18 @@ def bar(
     )
 
 
+def bar_verdict(b: Bar | None, *, bold: bool = True) -> str:
+    """The bar in the reports' words: the SLO policy against the best baseline at the top rate, met or not."""
+    if b is None:
+        return "no SLO policy point"
+    word = "met" if b.met else "NOT met"
+    return (
+        f"at {b.rate:.2f} req/s: {b.policy} {b.attainment:.1%}, best baseline {b.best_baseline} "
+        f"{(b.best_baseline_attainment or 0):.1%}, margin {(b.margin or 0):+.1%} "
+        f"(bar: >= {b.min_attainment:.0%} and >= {b.min_margin:+.0%}) -> {f'**{word}**' if bold else word}"
+    )
+
+
 def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:,.0f}"
 

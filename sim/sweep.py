@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from pydantic import BaseModel, Field
 
 from bench.routing import QUICK_FRACTIONS
-from bench.routing_results import Bar, SweepPoint, bar
+from bench.routing_results import Bar, SweepPoint, bar, bar_verdict
 from router.config import Policy
 from sim.capacity import CapacityEstimate, estimate_capacity
 from sim.scenario import RunResult, Scenario, run_matrix
@@ -130,14 +130,8 @@ def judge(runs: Sequence[SweepRun], policy: str = "slo") -> Bar | None:
 
 
 def bar_line(b: Bar | None) -> str:
-    """The bar in the bench report's words (``bench.routing.render_report``)."""
-    if b is None:
-        return "**Bar:** no SLO policy point"
-    return (
-        f"**Bar:** at {b.rate:.2f} req/s: {b.policy} {b.attainment:.1%}, best baseline {b.best_baseline} "
-        f"{(b.best_baseline_attainment or 0):.1%}, margin {(b.margin or 0):+.1%} "
-        f"(bar: >= {b.min_attainment:.0%} and >= {b.min_margin:+.0%}) -> {'met' if b.met else 'NOT met'}"
-    )
+    """The bar in the bench report's words (``bench.routing_results.bar_verdict``)."""
+    return f"**Bar:** {bar_verdict(b, bold=False)}"
 
 
 def capacity_table(estimate: CapacityEstimate) -> str:
