@@ -10,53 +10,25 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Iterator
 
 import httpx
 import pytest
 
+from tests.serve_app.emulated_pair import deploy_pair, replica_pids
+
 pytestmark = pytest.mark.serve
 
-PREFIX = "/failover"
+APP = "failover"
 PROMPT_TOKENS = [300] * 20  # 20 tokens at 8 a second: 2.5 s to the first token
 
 
 @pytest.fixture(scope="module")
-def failover_url(serve_url) -> str:
+def failover_url(serve_url) -> Iterator[str]:
     from ray import serve
 
-    from serve_app.app import build_app
-
-    engine = {
-        "backend": "emulated",
-        "preset": "cpu-builtin-tiny",
-        "profile": {"prefill_tokens_per_s": 8.0},
-        "startup_time_scale": 0.0,
-    }
-    args = {
-        "model_name": "failover-llama",
-        "tokenizer": "builtin:tiny",
-        "variants": [
-            {"name": "pair", "engine": engine, "resources": {"num_cpus": 0.1}, "num_replicas": 2},
-        ],
-        "ingress": {"num_cpus": 0.1},
-        "limits": {"request_timeout_s": 60},
-    }
-    serve.run(build_app(args), name="failover", route_prefix=PREFIX)
-    yield f"{serve_url}{PREFIX}"
-    serve.delete("failover")
-
-
-def _replica_pids() -> dict[str, int]:
-    from ray import serve
-
-    handle = serve.get_deployment_handle("variant-pair", app_name="failover")
-    pids: dict[str, int] = {}
-    for _ in range(50):
-        info = handle.info.remote().result()
-        pids[info["replica"]] = info["pid"]
-        if len(pids) == 2:
-            return pids
-    raise AssertionError(f"found only {pids}")
+    yield deploy_pair(serve_url, APP, "failover-llama", {"prefill_tokens_per_s": 8.0})
+    serve.delete(APP)
 
 
 def _complete(url: str, out: list) -> None:
@@ -66,7 +38,7 @@ def _complete(url: str, out: list) -> None:
 
 
 def test_requests_whose_replica_dies_before_their_first_token_are_served_by_another(failover_url):
-    pids = _replica_pids()
+    pids = replica_pids(APP)
     results: list = []
     threads = [threading.Thread(target=_complete, args=(failover_url, results)) for _ in range(6)]
     for t in threads:

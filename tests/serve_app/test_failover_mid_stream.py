@@ -12,53 +12,25 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Iterator
 
 import httpx
 import pytest
 
+from tests.serve_app.emulated_pair import deploy_pair, replica_pids
+
 pytestmark = pytest.mark.serve
 
-PREFIX = "/failover-mid"
+APP = "failover-mid"
 MAX_TOKENS = 60  # at 150 ms a step: 9 s a stream
 
 
 @pytest.fixture(scope="module")
-def mid_stream_url(serve_url) -> str:
+def mid_stream_url(serve_url) -> Iterator[str]:
     from ray import serve
 
-    from serve_app.app import build_app
-
-    engine = {
-        "backend": "emulated",
-        "preset": "cpu-builtin-tiny",
-        "profile": {"step_ms_at_batch_1": 150.0, "step_ms_per_extra_seq": 0.0},
-        "startup_time_scale": 0.0,
-    }
-    args = {
-        "model_name": "mid-llama",
-        "tokenizer": "builtin:tiny",
-        "variants": [
-            {"name": "pair", "engine": engine, "resources": {"num_cpus": 0.1}, "num_replicas": 2},
-        ],
-        "ingress": {"num_cpus": 0.1},
-        "limits": {"request_timeout_s": 60},
-    }
-    serve.run(build_app(args), name="failover-mid", route_prefix=PREFIX)
-    yield f"{serve_url}{PREFIX}"
-    serve.delete("failover-mid")
-
-
-def _replica_pids() -> dict[str, int]:
-    from ray import serve
-
-    handle = serve.get_deployment_handle("variant-pair", app_name="failover-mid")
-    pids: dict[str, int] = {}
-    for _ in range(50):
-        info = handle.info.remote().result()
-        pids[info["replica"]] = info["pid"]
-        if len(pids) == 2:
-            return pids
-    raise AssertionError(f"found only {pids}")
+    yield deploy_pair(serve_url, APP, "mid-llama", {"step_ms_at_batch_1": 150.0, "step_ms_per_extra_seq": 0.0})
+    serve.delete(APP)
 
 
 class _Stream:
@@ -80,7 +52,7 @@ class _Stream:
 
 
 def test_streams_on_a_replica_that_dies_end_with_an_error_event_and_done(mid_stream_url):
-    pids = _replica_pids()
+    pids = replica_pids(APP)
     streams = [_Stream() for _ in range(6)]
     threads = [threading.Thread(target=s.run, args=(mid_stream_url,)) for s in streams]
     for t in threads:
