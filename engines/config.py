@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from engines.presets import EMULATED_PREFIX, PRESETS
 from engines.profile import EngineProfile
-from engines.protocol import SAMPLING_FIELDS
+from engines.protocol import GUIDED_FIELDS, SAMPLING_FIELDS
 
 
 class _Strict(BaseModel):
@@ -26,11 +26,15 @@ class _Strict(BaseModel):
 HF_SAMPLING_FIELDS = frozenset({"top_k", "ignore_eos", "stop_token_ids"})
 # The emulated engine has no logits: it honours what changes where its walk through the text goes and ends.
 EMULATED_SAMPLING_FIELDS = frozenset({"seed", "top_k", "ignore_eos", "stop_token_ids", "min_tokens"})
-# tensorrt_llm.SamplingParams fields (sampling_params.py). logit_bias would be its embedding_bias, a tensor of the
-# model's vocabulary size that the adapter does not build (trtllm-serve builds it: the sidecar takes logit_bias).
-TRTLLM_SAMPLING_FIELDS = SAMPLING_FIELDS - {"logit_bias"}
-# An OpenAI server takes OpenAI's own fields; the vLLM / trtllm-serve extensions only with sampling_extensions.
+# tensorrt_llm.SamplingParams fields (sampling_params.py); logit_bias is its embedding_bias (a float tensor of the
+# vocabulary's size, built as trtllm-serve builds it). Guided decoding only with a guided_decoding_backend.
+TRTLLM_SAMPLING_FIELDS = SAMPLING_FIELDS - GUIDED_FIELDS
+# An OpenAI server takes OpenAI's own fields; the vLLM / trtllm-serve extensions only with sampling_extensions,
+# response_format only with structured_output.
 OPENAI_SAMPLING_FIELDS = frozenset({"seed", "presence_penalty", "frequency_penalty", "logit_bias"})
+# TensorRT-LLM's grammar backends (llm_args.py: guided_decoding_backend: Optional[Literal["xgrammar",
+# "llguidance"]], "llguidance is supported in PyTorch backend only").
+GuidedDecodingBackend = Literal["xgrammar", "llguidance"]
 # logprobs is OpenAI's own, but only servers known to stream it per chunk (trtllm-serve, vLLM) are asked for it: a
 # server that accepted it and sent none would leave it silently dropped (the adapter then fails the request).
 OPENAI_EXTENSION_FIELDS = frozenset(
@@ -164,7 +168,7 @@ class TRTLLMEngineConfig(_Strict):
 
     def sampling_fields(self) -> frozenset[str]:
         """The optional sampling fields this backend implements (engines.protocol.SAMPLING_FIELDS)."""
-        return TRTLLM_SAMPLING_FIELDS
+        return TRTLLM_SAMPLING_FIELDS | (GUIDED_FIELDS if self.guided_decoding_backend else frozenset())
 
     model: str = Field(
         description="A Hugging Face checkpoint directory (pre-quantized ModelOpt exports carry their "
@@ -210,6 +214,13 @@ class TRTLLMEngineConfig(_Strict):
         "max_num_tokens (llm.py _check_arguments), so turning it off needs max_num_tokens >= the longest prompt.",
     )
     kv_cache: KvCacheSettings = Field(default_factory=KvCacheSettings)
+    guided_decoding_backend: GuidedDecodingBackend | None = Field(
+        None,
+        description="The grammar backend TensorRT-LLM builds its guided decoder with (LLM(guided_decoding_backend="
+        "...)): set it to serve structured output (response_format json_schema / json_object, and tool calls that "
+        "tool_choice requires). None: such requests are refused with a 400 naming the field, since without a "
+        "guided decoder TensorRT-LLM cannot enforce them. 'llguidance' needs engine_format 'pytorch'.",
+    )
     stats_interval_s: float = Field(
         1.0,
         gt=0,
@@ -229,6 +240,22 @@ class TRTLLMEngineConfig(_Strict):
         "cuda_graph_config); they override the ones built from the fields above.",
     )
     coalesce: CoalesceConfig = Field(default_factory=CoalesceConfig)
+
+    @model_validator(mode="after")
+    def _guided_decoding_is_said_once(self) -> TRTLLMEngineConfig:
+        # The guided decoder is the LLM's (one per engine), so the variant says whether it serves structured output
+        # in one place: the router reads that field, and an extra_llm_args copy could contradict it.
+        if "guided_decoding_backend" in self.extra_llm_args:
+            raise ValueError(
+                "guided_decoding_backend: set it as the engine's own field (engine.guided_decoding_backend), not in "
+                "extra_llm_args: the router reads the field to send structured-output requests only here"
+            )
+        if self.guided_decoding_backend == "llguidance" and self.engine_format == "tensorrt_engine":
+            raise ValueError(
+                "guided_decoding_backend: 'llguidance' is supported by TensorRT-LLM's PyTorch backend only; use "
+                "'xgrammar' with engine_format 'tensorrt_engine'"
+            )
+        return self
 
     def trtllm_loader(self) -> Literal["pytorch", "tensorrt", "auto"]:
         """Which TensorRT-LLM backend loads the model (engines/checkpoint.py checks it can)."""
@@ -300,7 +327,8 @@ class OpenAIServerEngineConfig(_Strict):
 
     def sampling_fields(self) -> frozenset[str]:
         """The optional sampling fields this backend implements (engines.protocol.SAMPLING_FIELDS)."""
-        return OPENAI_SAMPLING_FIELDS | (OPENAI_EXTENSION_FIELDS if self.sampling_extensions else frozenset())
+        fields = OPENAI_SAMPLING_FIELDS | (OPENAI_EXTENSION_FIELDS if self.sampling_extensions else frozenset())
+        return fields | (GUIDED_FIELDS if self.structured_output else frozenset())
 
     model: str = Field(
         description="The checkpoint the server loads: '{model}' in the command, and checked against the "
@@ -354,6 +382,13 @@ class OpenAIServerEngineConfig(_Strict):
         description="Send top_k, ignore_eos, stop_token_ids, repetition_penalty and min_tokens (vLLM / "
         "trtllm-serve extensions of the OpenAI API). Servers that accept only standard fields (transformers "
         "serve answers 422) need False; then a request using them is refused.",
+    )
+    structured_output: bool = Field(
+        False,
+        description="Send response_format (json_schema / json_object, and the JSON schema of a tool call that "
+        "tool_choice requires) to the server, which must enforce it: trtllm-serve does with "
+        "guided_decoding_backend (xgrammar) in llm_api_options, which is then required. False: such requests are "
+        "refused with a 400 naming the field.",
     )
     startup_timeout_s: float = Field(
         900.0, gt=0, description="How long the server may take to answer /health after it was started."
@@ -421,6 +456,18 @@ class OpenAIServerEngineConfig(_Strict):
                         f"{', '.join(torch_only)}: PyTorch-backend arguments, refused by --backend tensorrt",
                     )
                 )
+        # trtllm-serve turns response_format into guided decoding parameters whether or not it has a guided decoder
+        # (openai_protocol.py _response_format_to_guided_decoding_params); only guided_decoding_backend (llm_args.py,
+        # default None) makes the engine enforce them.
+        guided = "llm_api_options" in used and self.llm_api_options.get("guided_decoding_backend")
+        if self.structured_output and is_trtllm_serve(self.command) and not guided:
+            problems.append(
+                (
+                    "structured_output",
+                    "needs trtllm-serve started with a guided decoding backend: add guided_decoding_backend: "
+                    "xgrammar to llm_api_options (and pass {llm_api_options} in the command)",
+                )
+            )
         if problems:
             raise ValueError("; ".join(f"{path}: {message}" for path, message in problems))
         return self

@@ -18,12 +18,28 @@ import abc
 import time
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from engines.errors import ContextTooLongError, InvalidRequestError
 
 FINISH_STOP = "stop"  # EOS, a stop token id or a stop string
 FINISH_LENGTH = "length"  # max_tokens reached (or the context is full)
 FINISH_ABORT = "abort"  # cancelled by the client or the server
+
+
+@dataclass(frozen=True, slots=True)
+class GuidedDecoding:
+    """A constraint on the output's text, enforced by the engine while it decodes (TensorRT-LLM's
+    ``GuidedDecodingParams`` through xgrammar / llguidance): OpenAI's ``response_format``, or the JSON of a tool
+    call that ``tool_choice`` requires.
+
+    ``kind`` is ``json`` (``spec``: a JSON schema, a dict), ``json_object`` (any JSON object; ``spec`` None) or
+    ``regex`` (``spec``: the pattern). ``param`` is the OpenAI field that asked for it: a backend without guided
+    decoding refuses the request naming it."""
+
+    kind: Literal["json", "json_object", "regex"]
+    spec: Any = None
+    param: Literal["response_format", "tool_choice"] = "response_format"
 
 
 @dataclass(slots=True)
@@ -46,6 +62,7 @@ class SamplingParams:
     # Per generated token, its log probability and the ``logprobs`` likeliest alternatives' (0: the token's alone);
     # None: none. OpenAI's completions ``logprobs`` and chat ``logprobs`` / ``top_logprobs``.
     logprobs: int | None = None
+    guided: GuidedDecoding | None = None  # structured output (response_format, a required tool call); None: free text
 
     @property
     def greedy(self) -> bool:
@@ -65,6 +82,8 @@ class SamplingParams:
             "min_tokens": self.min_tokens > 0,
             "logit_bias": any(self.logit_bias.values()),
             "logprobs": self.logprobs is not None,
+            "response_format": self.guided is not None and self.guided.param == "response_format",
+            "tool_choice": self.guided is not None and self.guided.param == "tool_choice",
         }
         return frozenset(name for name, on in asked.items() if on)
 
@@ -84,8 +103,15 @@ SAMPLING_FIELDS: frozenset[str] = frozenset(
         "min_tokens",
         "logit_bias",
         "logprobs",
+        # Guided decoding: a response_format that constrains the output, and a tool call that tool_choice requires
+        # (its arguments' JSON schema). One capability, two names, so that a refusal names what the client sent.
+        "response_format",
+        "tool_choice",
     }
 )
+
+# The sampling fields that are guided decoding (GuidedDecoding.param): a backend implements both or neither.
+GUIDED_FIELDS: frozenset[str] = frozenset({"response_format", "tool_choice"})
 
 
 def check_sampling_fields(request: GenerationRequest, supported: frozenset[str], backend: str) -> None:

@@ -27,6 +27,13 @@ mapping relies on, since a wrong guess here fails silently:
   iteration, for each entry.
 * A request the executor refuses (e.g. a prompt over ``max_num_tokens`` without chunked prefill on newer
   builds) raises ``tensorrt_llm.llmapi.RequestError`` from the result: the client's 400, not a dead engine.
+* Structured output is ``SamplingParams(guided_decoding=GuidedDecodingParams(json=schema | json_object=True |
+  regex=...))`` (sampling_params.py; one guide per request, ``_validate``), enforced only by a guided decoder, which
+  the LLM builds when it is given ``guided_decoding_backend`` (llm_args.py, default None; newer builds also reset it
+  to None for architectures without support, ``_apply_model_feature_fallbacks``). So the backend is asked for at
+  load and read back from ``llm.args`` after it: a guide the engine would not enforce is refused, not ignored.
+* ``logit_bias`` is ``SamplingParams.embedding_bias``: a float32 tensor of the vocabulary's size with each bias
+  at its token id, as trtllm-serve builds it (openai_protocol.py ``_logit_bias_to_embedding_bias``).
 * Tensor parallelism > 1 starts MPI workers that inherit this process's ``CUDA_VISIBLE_DEVICES``: the
   replica reserves ``num_gpus = tensor_parallel_size`` and nothing else touches placement (see
   docs/tensorrt-llm.md for why ``orchestrator_type="ray"`` must not be used inside a Serve replica).
@@ -37,10 +44,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import json
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from typing import Any
+from pathlib import Path
+from typing import Any, NamedTuple
 
 from engines.checkpoint import CheckpointInfo, validate_checkpoint, visible_gpu_count
 from engines.coalesce import coalesce
@@ -54,6 +63,7 @@ from engines.protocol import (
     Engine,
     EngineStats,
     GenerationRequest,
+    GuidedDecoding,
     SamplingParams,
     TokenLogprob,
     check_sampling_fields,
@@ -85,9 +95,18 @@ class _NoRequestError(Exception):
     """Stands in for tensorrt_llm.llmapi.RequestError where a version lacks it: matches nothing."""
 
 
-def import_tensorrt_llm(engine_format: str) -> tuple[Any, Any, Any, type[Exception]]:
-    """``(LLM class, SamplingParams, KvCacheConfig, RequestError)`` of the installed TensorRT-LLM, or
-    EngineConfigError."""
+class TensorRTLLMAPI(NamedTuple):
+    """What the adapter takes from the installed TensorRT-LLM."""
+
+    llm_cls: Any
+    sampling_params_cls: Any
+    kv_cache_config_cls: Any
+    request_error: type[Exception]
+    guided_decoding_params_cls: Any  # None where the version has none
+
+
+def import_tensorrt_llm(engine_format: str) -> TensorRTLLMAPI:
+    """The installed TensorRT-LLM's classes the adapter uses, or EngineConfigError."""
     try:
         trtllm = importlib.import_module("tensorrt_llm")
         llmapi = importlib.import_module("tensorrt_llm.llmapi")
@@ -109,7 +128,9 @@ def import_tensorrt_llm(engine_format: str) -> tuple[Any, Any, Any, type[Excepti
     request_error = getattr(llmapi, "RequestError", None)
     if not (isinstance(request_error, type) and issubclass(request_error, Exception)):
         request_error = _NoRequestError
-    return llm_cls, trtllm.SamplingParams, llmapi.KvCacheConfig, request_error
+    # Exported by tensorrt_llm.llmapi (serve/openai_protocol.py imports it there); defined in sampling_params.py.
+    guided_cls = getattr(llmapi, "GuidedDecodingParams", None)
+    return TensorRTLLMAPI(llm_cls, trtllm.SamplingParams, llmapi.KvCacheConfig, request_error, guided_cls)
 
 
 def llm_kwargs(config: TRTLLMEngineConfig, model: str, engine_format: str, kv_cache_config_cls: Any) -> dict:
@@ -134,8 +155,37 @@ def llm_kwargs(config: TRTLLMEngineConfig, model: str, engine_format: str, kv_ca
     if engine_format == "pytorch":
         # The PyTorch backend collects iteration stats (our load signal) only when asked.
         kwargs["enable_iter_perf_stats"] = True
+    if config.guided_decoding_backend is not None:
+        kwargs["guided_decoding_backend"] = config.guided_decoding_backend
     kwargs.update(config.extra_llm_args)
     return kwargs
+
+
+def guided_decoding_kwargs(guided: GuidedDecoding) -> dict[str, Any]:
+    """Keyword arguments for ``tensorrt_llm.GuidedDecodingParams`` (sampling_params.py: one of json, json_object,
+    regex, grammar, structural_tag), as trtllm-serve maps response_format (openai_protocol.py
+    ``_response_format_to_guided_decoding_params``: json_schema's schema -> ``json``, json_object -> itself)."""
+    if guided.kind == "json":
+        return {"json": guided.spec}
+    if guided.kind == "json_object":
+        return {"json_object": True}
+    return {"regex": guided.spec}
+
+
+def embedding_bias(logit_bias: dict[int, float], vocab_size: int) -> Any:
+    """OpenAI's logit_bias as TensorRT-LLM's ``embedding_bias``: a float32 tensor of ``vocab_size`` zeros with each
+    bias at its token id (trtllm-serve's ``_logit_bias_to_embedding_bias``). torch comes with TensorRT-LLM."""
+    import torch
+
+    bias = torch.zeros(vocab_size, dtype=torch.float32)
+    for token_id, value in logit_bias.items():
+        if not 0 <= token_id < vocab_size:
+            raise InvalidRequestError(
+                f"logit_bias names token id {token_id}, outside the vocabulary (size {vocab_size}).",
+                param="logit_bias",
+            )
+        bias[token_id] = float(value)
+    return bias
 
 
 def sampling_kwargs(s: SamplingParams, max_tokens: int) -> dict[str, Any]:
@@ -213,6 +263,8 @@ class TRTLLMEngine(Engine):
         self._config = config
         self._llm: Any = None
         self._sampling_params_cls: Any = None
+        self._guided_params_cls: Any = None
+        self._vocab_size = 0  # the logits' width (embedding_bias's size); 0: unknown
         self._context_length = 0
         self._max_batch_size = 0  # batch slots; 0: unknown (see _resolve_max_batch_size)
         self._checkpoint: CheckpointInfo | None = None
@@ -255,10 +307,16 @@ class TRTLLMEngine(Engine):
             # get_model_format: TLLM_ENGINE / TLLM_CKPT); the PyTorch LLM loads Hugging Face checkpoints.
             is_trt = self._checkpoint is not None and self._checkpoint.trtllm_loader() == "tensorrt"
             engine_format = "tensorrt_engine" if is_trt else "pytorch"
-        llm_cls, self._sampling_params_cls, kv_cache_config_cls, self._request_error = import_tensorrt_llm(
-            engine_format
-        )
-        kwargs = llm_kwargs(config, model, engine_format, kv_cache_config_cls)
+        api = import_tensorrt_llm(engine_format)
+        self._sampling_params_cls, self._request_error = api.sampling_params_cls, api.request_error
+        self._guided_params_cls = api.guided_decoding_params_cls
+        if config.guided_decoding_backend is not None and self._guided_params_cls is None:
+            raise EngineConfigError(
+                f"engine.guided_decoding_backend is {config.guided_decoding_backend!r}, but the installed TensorRT-LLM "
+                f"{getattr(importlib.import_module('tensorrt_llm'), '__version__', '?')} has no GuidedDecodingParams"
+            )
+        kwargs = llm_kwargs(config, model, engine_format, api.kv_cache_config_cls)
+        llm_cls = api.llm_cls
         try:
             # Loading takes minutes and blocks: keep the replica's event loop (health checks) responsive.
             self._llm = await asyncio.to_thread(llm_cls, **kwargs)
@@ -266,6 +324,8 @@ class TRTLLMEngine(Engine):
             raise EngineConfigError(f"TensorRT-LLM could not load {model!r}: {e}") from e
         self._context_length = self._resolve_context_length()
         self._max_batch_size = self._resolve_max_batch_size()
+        self._vocab_size = self._resolve_vocab_size(model)
+        self._check_guided_decoder()
         # The stats poll starts with the first request (_stream): before it TensorRT-LLM has no stats iterator.
 
     def _resolve_context_length(self) -> int:
@@ -278,6 +338,52 @@ class TRTLLMEngine(Engine):
             if isinstance(candidate, int) and candidate > 0:
                 return candidate
         raise EngineConfigError(f"cannot tell the context length of {self._config.model!r}: set engine.max_seq_len.")
+
+    def _check_guided_decoder(self) -> None:
+        """Refuses to serve structured output the LLM would not enforce: TensorRT-LLM may drop the guided decoding
+        backend it was given (newer builds: ``_apply_model_feature_fallbacks``, for architectures without support),
+        and then generates unconstrained text for a guided request."""
+        wanted = self._config.guided_decoding_backend
+        if wanted is None:
+            return
+        args = getattr(self._llm, "args", None)
+        got = getattr(args, "guided_decoding_backend", wanted) if args is not None else wanted
+        got = getattr(got, "value", got)  # an enum on some versions
+        if got != wanted:
+            raise EngineConfigError(
+                f"engine.guided_decoding_backend is {wanted!r}, but TensorRT-LLM built {self._config.model!r} "
+                f"with guided_decoding_backend={got!r} (the model's architecture may not support guided decoding): "
+                "structured output would not be enforced. Unset guided_decoding_backend for this variant."
+            )
+
+    def _resolve_vocab_size(self, model: str) -> int:
+        """The logits' width, which embedding_bias must match: the checkpoint's vocab_size (config.json, or its
+        text_config), else the tokenizer's length; 0 when neither says."""
+        config_path = Path(model) / "config.json"
+        with contextlib.suppress(OSError, ValueError):
+            raw = json.loads(config_path.read_text())
+            for source in (raw, raw.get("text_config") or {}):
+                if isinstance(source.get("vocab_size"), int) and source["vocab_size"] > 0:
+                    return int(source["vocab_size"])
+        tokenizer = getattr(getattr(self._llm, "tokenizer", None), "tokenizer", None)
+        with contextlib.suppress(TypeError):
+            return len(tokenizer) if tokenizer is not None else 0
+        return 0
+
+    def _request_sampling_params(self, s: SamplingParams, max_tokens: int) -> Any:
+        """``tensorrt_llm.SamplingParams`` for one request: :func:`sampling_kwargs`, the guide and the bias."""
+        kwargs = sampling_kwargs(s, max_tokens)
+        if s.guided is not None:
+            kwargs["guided_decoding"] = self._guided_params_cls(**guided_decoding_kwargs(s.guided))
+        if "logit_bias" in s.requested_fields():
+            if not self._vocab_size:
+                raise InvalidRequestError(
+                    f"logit_bias needs the model's vocabulary size, which {self._config.model!r} does not state "
+                    "(config.json vocab_size): remove it.",
+                    param="logit_bias",
+                )
+            kwargs["embedding_bias"] = embedding_bias(s.logit_bias, self._vocab_size)
+        return self._sampling_params_cls(**kwargs)
 
     def _resolve_max_batch_size(self) -> int:
         """The batch slots, known from the moment the LLM is built: ours, else the LLM's resolved arguments
@@ -299,7 +405,7 @@ class TRTLLMEngine(Engine):
         n_prompt = len(request.prompt_token_ids)
         # The context bounds the output: finish with 'length' when it is full, as the contract says.
         max_tokens = min(request.sampling.max_tokens, self._context_length - n_prompt)
-        params = self._sampling_params_cls(**sampling_kwargs(request.sampling, max_tokens))
+        params = self._request_sampling_params(request.sampling, max_tokens)
         try:
             output = self._llm.generate_async(request.prompt_token_ids, sampling_params=params, streaming=True)
         except (ValueError, TypeError) as e:  # the LLM API's checks of one request (llm.py _check_arguments)

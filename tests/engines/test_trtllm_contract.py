@@ -9,11 +9,13 @@ stop strings held back, consumed-on-read iteration stats), not TensorRT-LLM itse
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import sys
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from engines.config import KvCacheSettings, TRTLLMEngineConfig
 from engines.errors import EngineConfigError, EngineDeadError, InvalidRequestError
@@ -23,6 +25,7 @@ from engines.protocol import (
     FINISH_STOP,
     Delta,
     GenerationRequest,
+    GuidedDecoding,
     SamplingParams,
 )
 from engines.trtllm import token_logprobs
@@ -220,14 +223,105 @@ def test_older_float_logprobs_are_read_too():
     assert [(e.token, e.logprob, e.top) for e in entries] == [("A", -0.25, ()), ("B", -9999.0, ())]
 
 
-async def test_logit_bias_is_refused_naming_it_contract(fake_trtllm, hf_checkpoint):
-    engine = await started(config(hf_checkpoint))
-    with pytest.raises(InvalidRequestError) as err:
-        await collect(engine, request(logit_bias={5: -100.0}))
-    assert err.value.param == "logit_bias"
+async def test_logit_bias_becomes_an_embedding_bias_of_the_vocabulary_size_contract(fake_trtllm, tmp_path):
+    checkpoint = tmp_path / "model"
+    checkpoint.mkdir()
+    (checkpoint / "config.json").write_text(json.dumps({"model_type": "llama", "vocab_size": 300}))
+    engine = await started(config(checkpoint, max_seq_len=256))
+    await collect(engine, request(max_tokens=3, logit_bias={5: -100.0, 72: 2.5}))
     (llm,) = fake_trtllm.LLM.instances
-    assert llm.requests == []  # refused before it reached TensorRT-LLM
+    bias = llm.requests[0][1].embedding_bias
+    assert tuple(bias.shape) == (300,) and str(bias.dtype) == "torch.float32"  # as trtllm-serve builds it
+    assert (float(bias[5]), float(bias[72]), float(bias.abs().sum())) == (-100.0, 2.5, 102.5)
+    with pytest.raises(InvalidRequestError) as err:  # a token id past the logits: the client's 400
+        await collect(engine, request(logit_bias={300: 1.0}))
+    assert err.value.param == "logit_bias"
     await engine.shutdown()
+
+
+async def test_all_zero_logit_bias_asks_for_nothing_contract(fake_trtllm, hf_checkpoint):
+    engine = await started(config(hf_checkpoint))
+    await collect(engine, request(max_tokens=3, logit_bias={5: 0.0}))
+    (llm,) = fake_trtllm.LLM.instances
+    assert llm.requests[0][1].embedding_bias is None
+    await engine.shutdown()
+
+
+WEATHER = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}, "unit": {"enum": ["c", "f"]}},
+    "required": ["city", "unit"],
+}
+
+
+async def test_guided_decoding_backend_is_passed_to_the_llm_contract(fake_trtllm, hf_checkpoint):
+    engine = await started(config(hf_checkpoint, guided_decoding_backend="xgrammar"))
+    (llm,) = fake_trtllm.LLM.instances
+    assert llm.kwargs["guided_decoding_backend"] == "xgrammar"
+    assert {"response_format", "tool_choice"} <= engine._config.sampling_fields()
+    await engine.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("guided", "expected"),
+    [
+        (GuidedDecoding("json", WEATHER), {"json": WEATHER}),
+        (GuidedDecoding("json_object"), {"json_object": True}),
+        (GuidedDecoding("regex", "[0-9]+"), {"regex": "[0-9]+"}),
+    ],
+)
+async def test_a_guide_becomes_guided_decoding_params_contract(fake_trtllm, hf_checkpoint, guided, expected):
+    fake_trtllm.LLM.guided_script = '{"city": "Paris", "unit": "c"}' if guided.kind != "regex" else "2026"
+    engine = await started(config(hf_checkpoint, guided_decoding_backend="xgrammar"))
+    deltas = await collect(engine, request(guided=guided))
+    (llm,) = fake_trtllm.LLM.instances
+    params = llm.requests[0][1].guided_decoding
+    assert isinstance(params, sys.modules["tensorrt_llm.llmapi"].GuidedDecodingParams)
+    assert {k: v for k, v in dataclasses.asdict(params).items() if v} == expected
+    assert "".join(d.text for d in deltas) == fake_trtllm.LLM.guided_script  # the fake enforces the guide
+    await engine.shutdown()
+
+
+async def test_the_guided_output_follows_the_schema_contract(fake_trtllm, hf_checkpoint):
+    # The scripted text does not match the schema: under the guide the "model" writes what the schema allows.
+    engine = await started(config(hf_checkpoint, guided_decoding_backend="xgrammar"))
+    deltas = await collect(engine, request(guided=GuidedDecoding("json", WEATHER)))
+    assert json.loads("".join(d.text for d in deltas)) == {"city": "", "unit": "c"}
+    await engine.shutdown()
+
+
+async def test_structured_output_without_a_guided_decoding_backend_is_refused_naming_it_contract(
+    fake_trtllm, hf_checkpoint
+):
+    # Without a guided decoder TensorRT-LLM writes unconstrained text (the fake too): refused, never ignored.
+    engine = await started(config(hf_checkpoint))
+    for guided in (GuidedDecoding("json_object"), GuidedDecoding("json", WEATHER, param="tool_choice")):
+        with pytest.raises(InvalidRequestError) as err:
+            await collect(engine, request(guided=guided))
+        assert err.value.param == guided.param
+    (llm,) = fake_trtllm.LLM.instances
+    assert llm.requests == []
+    await engine.shutdown()
+
+
+async def test_a_guided_decoding_backend_the_llm_dropped_fails_at_start_contract(
+    fake_trtllm, hf_checkpoint, monkeypatch
+):
+    # Newer builds drop the backend for architectures without guided decoding (_apply_model_feature_fallbacks).
+    monkeypatch.setattr(fake_trtllm.LLM, "unsupported_guided_architecture", True)
+    engine = make_engine(config(hf_checkpoint, guided_decoding_backend="xgrammar"))
+    with pytest.raises(EngineConfigError, match="guided_decoding_backend"):
+        await engine.start()
+
+
+def test_guided_decoding_config_mismatches_are_refused_at_deploy_time(hf_checkpoint):
+    with pytest.raises(ValidationError, match="guided_decoding_backend"):
+        config(hf_checkpoint, extra_llm_args={"guided_decoding_backend": "xgrammar"})
+    with pytest.raises(ValidationError, match="guided_decoding_backend"):
+        config(hf_checkpoint, guided_decoding_backend="llguidance", engine_format="tensorrt_engine")
+    with pytest.raises(ValidationError, match="guided_decoding_backend"):
+        config(hf_checkpoint, guided_decoding_backend="outlines")
+    assert "response_format" not in config(hf_checkpoint).sampling_fields()
 
 
 async def test_stop_string_never_leaks_contract(fake_trtllm, hf_checkpoint):

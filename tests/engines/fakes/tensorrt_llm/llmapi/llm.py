@@ -16,18 +16,27 @@ Also as the real library (each from its source; see docs/tensorrt-llm.md):
 * the PyTorch backend without chunked prefill refuses a prompt above ``max_num_tokens``: a ``ValueError`` from
   ``generate_async`` (``LLM.max_num_tokens_check = "submit"``, llm.py ``_check_arguments``) or, as newer
   builds do, a ``RequestError`` from the result (``"executor"``);
-* ``LLM.executor_gate`` (an ``asyncio.Event``) pauses the executor while it is clear: a slow iteration.
+* ``LLM.executor_gate`` (an ``asyncio.Event``) pauses the executor while it is clear: a slow iteration;
+* guided decoding (``SamplingParams.guided_decoding``) is enforced only when the LLM was built with
+  ``guided_decoding_backend``: the PyTorch executor makes its guided decoder only then (``GuidedDecoder``, from
+  the LLM's ``guided_decoding_config``), so without it a guided request gets the unconstrained script. With it the
+  "model" writes ``LLM.guided_script`` when that satisfies the guide, else the smallest text that does (a JSON
+  schema's minimal instance, ``{}`` for json_object); a regex guide needs a ``guided_script`` that matches it.
+  ``LLM.unsupported_guided_architecture`` makes the LLM drop the backend it was given, as newer builds do for
+  architectures without support (``_apply_model_feature_fallbacks``: ``args.guided_decoding_backend = None``).
 """
 
 import asyncio
 import collections
 import itertools
+import json
+import re
 from pathlib import Path
 from typing import Any, Literal
 
 from tensorrt_llm.executor.result import GenerationResult, IterationResult, RequestError
 from tensorrt_llm.llmapi.llm_args import TORCH_LLM_ARGS_FIELDS, LlmArgs
-from tensorrt_llm.sampling_params import SamplingParams
+from tensorrt_llm.sampling_params import GuidedDecodingParams, SamplingParams
 
 END_ID = 2
 DEFAULT_MAX_NUM_TOKENS = 8192
@@ -53,6 +62,7 @@ class _Executor:
 
     def __init__(self, llm: "LLM") -> None:
         self._llm = llm
+        self.scripts: dict[int, str] = {}  # request id -> what the "model" writes for it
         self.live: dict[int, tuple[GenerationResult, int]] = {}  # request id -> (result, tokens so far)
         self.to_abort: set[int] = set()
         self.stats: collections.deque = collections.deque(maxlen=1000)
@@ -67,13 +77,15 @@ class _Executor:
         self.to_abort.add(request_id)
 
     async def _run(self) -> None:
-        script = self._llm.script
         while True:
             await asyncio.sleep(0.001)
             if self._llm.executor_gate is not None:
                 await self._llm.executor_gate.wait()
             for request_id, (result, n) in list(self.live.items()):
                 params = result.sampling_params
+                if request_id not in self.scripts:
+                    self.scripts[request_id] = self._llm.script_for(params)
+                script = self.scripts[request_id]
                 if request_id in self.to_abort:
                     result._queue.put_nowait((None, "cancelled", None))
                     del self.live[request_id]
@@ -128,6 +140,41 @@ class _Executor:
         return next((stop for stop in params._stop_strings() if text.endswith(stop)), None)
 
 
+def minimal_instance(schema: dict):
+    """The smallest JSON value a (simple) JSON schema accepts: what a guided "model" that wants to stop at once
+    writes. Enough for the schemas the tests and tool calls use (object / properties / required / const / enum /
+    anyOf / the scalar types)."""
+    if "const" in schema:
+        return schema["const"]
+    if "enum" in schema:
+        return schema["enum"][0]
+    for key in ("anyOf", "oneOf"):
+        if key in schema:
+            return minimal_instance(schema[key][0])
+    kind = schema.get("type", "object")
+    kind = kind[0] if isinstance(kind, list) else kind
+    if kind == "object":
+        props = schema.get("properties", {})
+        return {name: minimal_instance(props.get(name, {})) for name in schema.get("required", [])}
+    return {"array": [], "string": "", "integer": 0, "number": 0, "boolean": False, "null": None}[kind]
+
+
+def satisfies(guide: GuidedDecodingParams, text: str) -> bool:
+    """Whether ``text`` is one the guide allows (json: valid against the schema, with jsonschema)."""
+    if guide.regex is not None:
+        return re.fullmatch(guide.regex, text) is not None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return False
+    if guide.json_object:
+        return isinstance(value, dict)
+    import jsonschema
+
+    schema = json.loads(guide.json) if isinstance(guide.json, str) else guide.json
+    return jsonschema.Draft202012Validator(schema).is_valid(value)
+
+
 async def _empty():
     return
     yield
@@ -144,6 +191,8 @@ class LLM:
     stop_words_path: Literal["cpp", "python"] = "cpp"
     max_num_tokens_check: Literal["submit", "executor"] = "submit"
     executor_gate: asyncio.Event | None = None
+    guided_script: str | None = None  # what a guided request writes, when the guide allows it
+    unsupported_guided_architecture = False
     stats_warnings = 0  # "Iteration statistics are not available yet" printed (class-wide, reset by the tests)
 
     def __init__(
@@ -173,6 +222,9 @@ class LLM:
             enable_iter_perf_stats=kwargs.get("enable_iter_perf_stats", False),
             enable_chunked_prefill=kwargs.get("enable_chunked_prefill", False),
             max_num_tokens=kwargs.get("max_num_tokens", DEFAULT_MAX_NUM_TOKENS),
+            guided_decoding_backend=None
+            if self.unsupported_guided_architecture
+            else kwargs.get("guided_decoding_backend"),
         )
         self.requests: list[tuple[list[int], SamplingParams]] = []
         self.aborted: list[int] = []
@@ -185,6 +237,20 @@ class LLM:
         if self._executor is None:
             self._executor = _Executor(self)  # the result queues live on the caller's event loop
         return self._executor
+
+    def script_for(self, params: SamplingParams) -> str:
+        """What the "model" writes for a request (see the module docstring for guided decoding)."""
+        guide = params.guided_decoding
+        if guide is None or self.args.guided_decoding_backend is None:
+            return self.script
+        if self.guided_script is not None and satisfies(guide, self.guided_script):
+            return self.guided_script
+        if guide.regex is not None:
+            raise AssertionError("the fake cannot write for a regex guide: set LLM.guided_script to a match")
+        if guide.json_object:
+            return "{}"
+        schema = json.loads(guide.json) if isinstance(guide.json, str) else guide.json
+        return json.dumps(minimal_instance(schema))
 
     @property
     def tokenizer(self) -> _Tokenizer:

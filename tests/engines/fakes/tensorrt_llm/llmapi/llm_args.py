@@ -28,6 +28,7 @@ TORCH_LLM_ARGS_FIELDS = frozenset(
         "cuda_graph_config",
         "stream_interval",
         "backend",
+        "guided_decoding_backend",
     }
 )
 
@@ -52,3 +53,4 @@ class LlmArgs:
     enable_iter_perf_stats: bool
     enable_chunked_prefill: bool = False  # BaseLlmArgs' default
     max_num_tokens: int | None = 8192  # BaseLlmArgs' default
+    guided_decoding_backend: str | None = None  # Optional[Literal["xgrammar", "llguidance"]], default None
