@@ -52,7 +52,7 @@ from httpx_sse import EventSource
 
 from engines.checkpoint import CheckpointInfo, validate_checkpoint, visible_gpu_count
 from engines.coalesce import coalesce
-from engines.config import OpenAIServerEngineConfig
+from engines.config import OpenAIServerEngineConfig, is_trtllm_serve
 from engines.errors import EngineConfigError, EngineDeadError, InvalidRequestError, OverloadedError
 from engines.protocol import (
     FINISH_ABORT,
@@ -69,7 +69,7 @@ from engines.protocol import (
 )
 from engines.rate import TokenRate
 from engines.stop_strings import StopStringMatcher
-from engines.trtllm import iteration_load
+from engines.trtllm import iteration_load, response_format
 
 logger = logging.getLogger(__name__)
 
@@ -129,7 +129,13 @@ def parse_logprobs(block: Any, alternatives: int = 20) -> list[TokenLogprob] | N
 
 
 def completion_body(
-    request: GenerationRequest, *, model: str, prompt: list[int] | str, max_tokens: int, extensions: bool
+    request: GenerationRequest,
+    *,
+    model: str,
+    prompt: list[int] | str,
+    max_tokens: int,
+    extensions: bool,
+    trtllm_serve: bool = False,
 ) -> dict[str, Any]:
     """The ``/v1/completions`` request for ``request``: standard fields, plus extensions when allowed."""
     s: SamplingParams = request.sampling
@@ -156,6 +162,8 @@ def completion_body(
         body["frequency_penalty"] = s.frequency_penalty
     if "logit_bias" in asked:
         body["logit_bias"] = {str(token): bias for token, bias in s.logit_bias.items()}  # JSON keys are strings
+    if s.guided is not None:  # only with structured_output (check_sampling_fields)
+        body["response_format"] = response_format(s.guided, trtllm_serve=trtllm_serve)
     # Greedy as top_k 1 where allowed: temperature 0 alone is greedy on TensorRT-LLM main but not under 1.0's
     # rule (SamplingParams._greedy_decoding: top_k None or 1 and top_p None or 0).
     top_k = 1 if s.greedy and extensions else s.top_k or None
@@ -409,6 +417,7 @@ class OpenAIServerEngine(Engine):
             prompt=prompt,
             max_tokens=min(request.sampling.max_tokens, self._context_length - n_prompt),
             extensions=self._config.sampling_extensions,
+            trtllm_serve=self._config.url is None and is_trtllm_serve(self._config.command),
         )
         self._open += 1
         try:

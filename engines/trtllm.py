@@ -172,6 +172,24 @@ def guided_decoding_kwargs(guided: GuidedDecoding) -> dict[str, Any]:
     return {"regex": guided.spec}
 
 
+def response_format(guided: GuidedDecoding, *, trtllm_serve: bool) -> dict[str, Any]:
+    """``guided`` as an OpenAI server's ``response_format``. trtllm-serve's own form for it (openai_protocol.py
+    ``ResponseFormat``: ``{"type": "json", "schema": ...}``, ``json_object``, ``regex``): every 1.x version reads
+    ``json`` + ``schema`` alike, while ``json_schema`` was added later and read its wrapper as the schema in some
+    versions. Other servers (vLLM, SGLang) get OpenAI's ``json_schema`` form; they have no regex in it."""
+    if guided.kind == "json_object":
+        return {"type": "json_object"}
+    if guided.kind == "regex":
+        if not trtllm_serve:
+            raise InvalidRequestError(
+                "a regex guide is a trtllm-serve extension of response_format", param=guided.param
+            )
+        return {"type": "regex", "regex": guided.spec}
+    if trtllm_serve:
+        return {"type": "json", "schema": guided.spec}
+    return {"type": "json_schema", "json_schema": {"name": "output", "schema": guided.spec, "strict": True}}
+
+
 def embedding_bias(logit_bias: dict[int, float], vocab_size: int) -> Any:
     """OpenAI's logit_bias as TensorRT-LLM's ``embedding_bias``: a float32 tensor of ``vocab_size`` zeros with each
     bias at its token id (trtllm-serve's ``_logit_bias_to_embedding_bias``). torch comes with TensorRT-LLM."""

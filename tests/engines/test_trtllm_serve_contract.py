@@ -21,7 +21,15 @@ from engines.config import DEFAULT_LLM_API_OPTIONS, OpenAIServerEngineConfig
 from engines.errors import EngineConfigError, InvalidRequestError
 from engines.factory import make_engine
 from engines.openai_server import server_argv
-from engines.protocol import FINISH_ABORT, FINISH_LENGTH, FINISH_STOP, GenerationRequest, SamplingParams
+from engines.protocol import (
+    FINISH_ABORT,
+    FINISH_LENGTH,
+    FINISH_STOP,
+    GenerationRequest,
+    GuidedDecoding,
+    SamplingParams,
+)
+from engines.trtllm import response_format
 
 FAKE_SERVE = Path(__file__).parent / "fakes" / "trtllm_serve.py"
 PROMPT = list(range(100, 120))  # 20 token ids
@@ -233,3 +241,56 @@ async def wait_for(condition, timeout_s: float = 20.0) -> None:
     async with asyncio.timeout(timeout_s):
         while not condition():
             await asyncio.sleep(0.01)
+
+
+GUIDED_OPTIONS = {**DEFAULT_LLM_API_OPTIONS, "guided_decoding_backend": "xgrammar"}
+WEATHER = {"type": "object", "properties": {"city": {"enum": ["Paris", "Oslo"]}}, "required": ["city"]}
+
+
+@pytest.mark.parametrize(
+    ("guided", "sent", "written"),
+    [
+        (GuidedDecoding("json", WEATHER), {"type": "json", "schema": WEATHER}, '{"city": "Paris"}'),
+        (GuidedDecoding("json_object"), {"type": "json_object"}, "{}"),
+    ],
+)
+async def test_structured_output_is_sent_in_trtllm_serves_form_contract(trtllm_serve, guided, sent, written):
+    engine = await started(sidecar(trtllm_serve, structured_output=True, llm_api_options=GUIDED_OPTIONS))
+    try:
+        deltas = [d async for d in engine.generate(request(guided=guided))]
+        assert (await fake_state(engine))["last_body"]["response_format"] == sent
+        assert "".join(d.text for d in deltas) == written  # the fake enforces it: it has a guided decoder
+    finally:
+        await engine.shutdown()
+
+
+async def test_structured_output_not_configured_is_refused_naming_the_field_contract(trtllm_serve):
+    engine = await started(sidecar(trtllm_serve))
+    try:
+        for guided in (GuidedDecoding("json_object"), GuidedDecoding("json", WEATHER, param="tool_choice")):
+            with pytest.raises(InvalidRequestError) as err:
+                [d async for d in engine.generate(request(guided=guided))]
+            assert err.value.param == guided.param
+        assert (await fake_state(engine))["last_body"] is None  # refused before the server saw it
+    finally:
+        await engine.shutdown()
+
+
+def test_structured_output_without_a_guided_decoding_backend_is_refused_at_deploy_time(trtllm_serve):
+    # trtllm-serve would accept response_format and, without a guided decoder, ignore it.
+    with pytest.raises(ValueError, match="structured_output: needs trtllm-serve started with a guided decoding"):
+        sidecar(trtllm_serve, structured_output=True)
+    assert {"response_format", "tool_choice"} <= sidecar(
+        trtllm_serve, structured_output=True, llm_api_options=GUIDED_OPTIONS
+    ).sampling_fields()
+    assert "response_format" not in sidecar(trtllm_serve).sampling_fields()
+
+
+def test_other_servers_get_openais_json_schema_form():
+    guided = GuidedDecoding("json", WEATHER)
+    assert response_format(guided, trtllm_serve=False) == {
+        "type": "json_schema",
+        "json_schema": {"name": "output", "schema": WEATHER, "strict": True},
+    }
+    with pytest.raises(InvalidRequestError):  # OpenAI's response_format has no regex
+        response_format(GuidedDecoding("regex", "[0-9]+"), trtllm_serve=False)

@@ -17,6 +17,10 @@ Run as ``python trtllm_serve.py serve MODEL --host H --port P ...`` (the tests p
   characters were already streamed, and the finishing chunk carries ``stop_reason`` (result.py
   ``_handle_sequence``, postprocess_handlers.py);
 * usage only with ``stream_options`` (per chunk with ``continuous_usage_stats``, then a usage-only chunk);
+* ``response_format`` (openai_protocol.py ``ResponseFormat``: text / json + schema / json_schema / json_object /
+  regex; another type is a 400) is enforced only with ``guided_decoding_backend`` in the LLM API options: then the
+  "model" writes the smallest JSON the schema allows (``{}`` for json_object, ``FAKE_TRTLLM_GUIDED_TEXT`` for a
+  regex); without it the guide is dropped and the script comes out, as an engine without a guided decoder does;
 * ``FAKE_TRTLLM_TOKENS_PER_CHUNK`` tokens per chunk (``stream_interval``), ``FAKE_TRTLLM_FINISH_AFTER`` /
   ``FAKE_TRTLLM_FINISH_REASON`` end every request after N tokens with that reason (e.g. ``timeout``).
 
@@ -34,6 +38,7 @@ from typing import Any
 
 import uvicorn
 import yaml
+from fake_guides import minimal_instance
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -45,6 +50,8 @@ STATS_QUIET_S = float(os.environ.get("FAKE_TRTLLM_STATS_QUIET_S", "2"))
 TOKENS_PER_CHUNK = int(os.environ.get("FAKE_TRTLLM_TOKENS_PER_CHUNK", "1"))
 FINISH_AFTER = int(os.environ.get("FAKE_TRTLLM_FINISH_AFTER", "0"))
 FINISH_REASON = os.environ.get("FAKE_TRTLLM_FINISH_REASON", "timeout")
+GUIDED_TEXT = os.environ.get("FAKE_TRTLLM_GUIDED_TEXT", "")
+RESPONSE_FORMATS = ("text", "json", "json_schema", "json_object", "regex", "ebnf", "structural_tag")
 
 
 def parse_args(argv: list[str]) -> dict[str, Any]:
@@ -129,10 +136,24 @@ class FakeServer:
             )
             error = {"object": "error", "message": message, "type": "BadRequestError", "param": None, "code": 400}
             return JSONResponse(error, status_code=400)
+        fmt = body.get("response_format")
+        if fmt is not None and fmt.get("type") not in RESPONSE_FORMATS:
+            error = {"object": "error", "message": f"bad response_format {fmt}", "type": "BadRequestError", "code": 400}
+            return JSONResponse(error, status_code=400)
         self.submitted += 1
-        return StreamingResponse(self._stream(body), media_type="text/event-stream")
+        return StreamingResponse(self._stream(body, self._script(fmt)), media_type="text/event-stream")
 
-    async def _stream(self, body: dict[str, Any]):
+    def _script(self, fmt: dict[str, Any] | None) -> str:
+        """What the "model" writes: the script, or under an enforced guide the smallest text it allows."""
+        if not fmt or fmt["type"] == "text" or not self.args.get("guided_decoding_backend"):
+            return SCRIPT
+        if fmt["type"] == "json":
+            return json.dumps(minimal_instance(fmt["schema"]))
+        if fmt["type"] == "json_schema":  # newer builds unwrap OpenAI's {"name", "schema"}
+            return json.dumps(minimal_instance(fmt["json_schema"].get("schema", fmt["json_schema"])))
+        return "{}" if fmt["type"] == "json_object" else GUIDED_TEXT
+
+    async def _stream(self, body: dict[str, Any], script: str):
         stops = body.get("stop") or []
         stops = [stops] if isinstance(stops, str) else stops
         options = body.get("stream_options") or {}
@@ -143,10 +164,10 @@ class FakeServer:
             while True:
                 await asyncio.sleep(STEP_S)
                 self._record_iteration()
-                if n >= len(SCRIPT) and not body.get("ignore_eos"):
+                if n >= len(script) and not body.get("ignore_eos"):
                     finish, stop_reason = "stop", None  # the end id: not decoded
                 else:
-                    char = SCRIPT[n % len(SCRIPT)]
+                    char = script[n % len(script)]
                     n += 1
                     finish, stop_reason = None, None
                     hit = next((s for s in stops if (text + pending + char).endswith(s)), None)

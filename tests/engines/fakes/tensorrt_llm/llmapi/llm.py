@@ -30,13 +30,14 @@ import asyncio
 import collections
 import itertools
 import json
-import re
 from pathlib import Path
 from typing import Any, Literal
 
+from fake_guides import minimal_instance, satisfies
+
 from tensorrt_llm.executor.result import GenerationResult, IterationResult, RequestError
 from tensorrt_llm.llmapi.llm_args import TORCH_LLM_ARGS_FIELDS, LlmArgs
-from tensorrt_llm.sampling_params import GuidedDecodingParams, SamplingParams
+from tensorrt_llm.sampling_params import SamplingParams
 
 END_ID = 2
 DEFAULT_MAX_NUM_TOKENS = 8192
@@ -140,41 +141,6 @@ class _Executor:
         return next((stop for stop in params._stop_strings() if text.endswith(stop)), None)
 
 
-def minimal_instance(schema: dict):
-    """The smallest JSON value a (simple) JSON schema accepts: what a guided "model" that wants to stop at once
-    writes. Enough for the schemas the tests and tool calls use (object / properties / required / const / enum /
-    anyOf / the scalar types)."""
-    if "const" in schema:
-        return schema["const"]
-    if "enum" in schema:
-        return schema["enum"][0]
-    for key in ("anyOf", "oneOf"):
-        if key in schema:
-            return minimal_instance(schema[key][0])
-    kind = schema.get("type", "object")
-    kind = kind[0] if isinstance(kind, list) else kind
-    if kind == "object":
-        props = schema.get("properties", {})
-        return {name: minimal_instance(props.get(name, {})) for name in schema.get("required", [])}
-    return {"array": [], "string": "", "integer": 0, "number": 0, "boolean": False, "null": None}[kind]
-
-
-def satisfies(guide: GuidedDecodingParams, text: str) -> bool:
-    """Whether ``text`` is one the guide allows (json: valid against the schema, with jsonschema)."""
-    if guide.regex is not None:
-        return re.fullmatch(guide.regex, text) is not None
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return False
-    if guide.json_object:
-        return isinstance(value, dict)
-    import jsonschema
-
-    schema = json.loads(guide.json) if isinstance(guide.json, str) else guide.json
-    return jsonschema.Draft202012Validator(schema).is_valid(value)
-
-
 async def _empty():
     return
     yield
@@ -243,7 +209,8 @@ class LLM:
         guide = params.guided_decoding
         if guide is None or self.args.guided_decoding_backend is None:
             return self.script
-        if self.guided_script is not None and satisfies(guide, self.guided_script):
+        allowed = {"schema": guide.json, "regex": guide.regex, "json_object": guide.json_object}
+        if self.guided_script is not None and satisfies(self.guided_script, **allowed):
             return self.guided_script
         if guide.regex is not None:
             raise AssertionError("the fake cannot write for a regex guide: set LLM.guided_script to a match")
