@@ -314,6 +314,29 @@ class LatencyModel:
         self.observations = 0
         self._ttft_error = _UpperQuantile(error_quantile, prior=prior_margin, prior_weight=prior_margin_weight)
         self._tpot_error = _UpperQuantile(error_quantile, prior=prior_margin, prior_weight=prior_margin_weight)
+        self._refresh()
+
+    def _refresh(self) -> None:
+        """Reads the weights into the figures every prediction needs, once per update of the weights instead of
+        once per candidate of every decision: the model's snapshot. Everything that changes a weight goes
+        through :meth:`_learn`, which calls this (tests/router/test_route_equivalence.py checks decisions made
+        between observations against predictions from the live weights)."""
+        at_batch_1, per_extra_seq, ms_per_prefill_token = self._tpot.weights[:3]
+        per_context_token = self._tpot.weights[3] if self._context_term else 0.0
+        base, ms_per_token, mean_output_tokens, steps = self._ttft.weights
+        self._coefficients = (
+            at_batch_1,
+            per_extra_seq,
+            ms_per_prefill_token,
+            per_context_token,
+            base,
+            ms_per_token,
+            mean_output_tokens,
+            steps,
+        )
+        # An idle replica's TPOT: the SLO policy's "home" of a request no variant is sure to meet asks it of
+        # every candidate.
+        self.idle_tpot_ms = self.predict_tpot_ms(1.0)
 
     @property
     def prefill_ms_per_token(self) -> float:
@@ -372,9 +395,16 @@ class LatencyModel:
         figures in one pass: the router asks this of every candidate variant on every decision, and the two share
         most of their terms (the prefill share of a step, the measured pace, the weights), which are computed
         once here. Keep it in step with the methods it stands for (tests/router/test_latency.py compares them)."""
-        at_batch_1, per_extra_seq, ms_per_prefill_token = self._tpot.weights[:3]
-        per_context_token = self._tpot.weights[3] if self._context_term else 0.0
-        base, ms_per_token, mean_output_tokens, steps = self._ttft.weights
+        (
+            at_batch_1,
+            per_extra_seq,
+            ms_per_prefill_token,
+            per_context_token,
+            base,
+            ms_per_token,
+            mean_output_tokens,
+            steps,
+        ) = self._coefficients
         rate = load.prefill_tokens_per_s
         share = ms_per_prefill_token * (rate if rate > 0.0 else 0.0) / 1000.0
         free = 1.0 - (share if share < _MAX_PREFILL_SHARE else _MAX_PREFILL_SHARE)
@@ -406,8 +436,8 @@ class LatencyModel:
     def predict_idle_ttft_ms(self, prompt_tokens: int, startup_ms: float = 0.0) -> float:
         """TTFT of a ``prompt_tokens`` prompt on a replica with nothing running or queued (plus ``startup_ms``):
         ``predict_ttft_ms`` of an idle :class:`Load`, without building one."""
-        base, ms_per_token, _, steps = self._ttft.weights
-        return base + prompt_tokens * ms_per_token + steps * self._context_ms(prompt_tokens) + startup_ms
+        _, _, _, per_context_token, base, ms_per_token, _, steps = self._coefficients
+        return base + prompt_tokens * ms_per_token + steps * (per_context_token * prompt_tokens) + startup_ms
 
     def predict_ttft_ms(self, prompt_tokens: int, load: Load) -> float:
         """Milliseconds from dispatch to the first token of a ``prompt_tokens`` prompt under ``load``."""
@@ -523,12 +553,12 @@ class LatencyModel:
             context_tokens=context_tokens,
         )
 
-    @staticmethod
-    def _learn(rls: _RobustRLS, x: Sequence[float], y: float, censored: bool) -> bool:
+    def _learn(self, rls: _RobustRLS, x: Sequence[float], y: float, censored: bool) -> bool:
         # A lower bound at or below the prediction carries no information about the weights.
         if censored and y <= rls.predict(x):
             return False
         rls.update(x, y)
+        self._refresh()
         return True
 
     def profile(self) -> LatencyProfile:

@@ -49,13 +49,14 @@ How ``slo`` judges, and why:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 from router.baselines import BASELINES
 from router.config import RouterConfig
-from router.latency import Load
+from router.latency import LatencyModel, Load
 from router.load import queue_bound, replica_load, serving_replicas
 from router.reservation import crowded_out, record_exclusive, reserve_room
-from router.shedding import idle_ttft_ms, is_hopeless
+from router.shedding import is_hopeless
 from router.shedding import retry_after_s as shed_retry_after_s
 from router.types import Decision, Prediction, Reason, RequestFeatures, RouterState, VariantView
 
@@ -81,16 +82,52 @@ def route(
         largest_context = max(v.context_length for v in variants)
         return _reject_context(request, largest_context, "the largest context")
 
-    candidates = [v for v in fitting if serving_replicas(v, config) > 0]
+    waits = config.wait_for_starting_replicas  # serving_replicas(v, config) > 0, inline
+    candidates = [v for v in fitting if v.ready_replicas > 0 or (waits and v.starting_replicas > 0)]
     if not candidates:
         return _reject_unavailable(", ".join(v.name for v in fitting), config)
 
-    loads = {v.name: replica_load(v, config) for v in candidates}
-    predictions = {v.name: predict(request, v, loads[v.name], config) for v in candidates}
+    # One pass over the candidates: each one's load and prediction, and for the SLO policy which are within
+    # the queue bound (admissible), sure to meet the SLO, likely to (the mean prediction's ratio, kept per
+    # admissible variant for the picks that rank by it). The rest of the decision reads these.
     bound = queue_bound(request.priority, request.sheddable, config)
+    judge = _Judge(request, config)
+    loads: dict[str, Load] = {}
+    predictions: dict[str, Prediction] = {}
+    admissible: list[VariantView] = []
+    sure: list[VariantView] = []
+    likely: list[VariantView] = []
+    expected: dict[str, float] = {}
+    ttft_target = judge.ttft_target
+    tpot_target = judge.tpot_target
+    for view in candidates:
+        load = replica_load(view, config)
+        prediction = judge.predict(view.latency, load)
+        name = view.name
+        loads[name] = load
+        predictions[name] = prediction
+        if load.waiting_for_slot <= bound:
+            admissible.append(view)
+            if prediction.meets_slo:
+                sure.append(view)
+            # The *mean* prediction's largest ratio to a target (above 1: a miss): where a request that no
+            # variant is sure to meet has its best chance. The conservative figures judge "sure to meet"; they
+            # are the wrong measure here, because a busy variant's error margin is wide and would make it look
+            # worse than a slower variant that will in fact miss. A ratio, not an overshoot, so that among
+            # variants whose mean prediction meets the targets the one with the most room wins.
+            ratio = 0.0 if ttft_target is None else prediction.ttft_ms / ttft_target
+            if tpot_target is not None:
+                tpot_ratio = prediction.tpot_ms / tpot_target
+                if tpot_ratio > ratio:
+                    ratio = tpot_ratio
+            expected[name] = ratio
+            if ratio <= 1.0:
+                likely.append(view)
 
     if config.policy == "slo":
-        return _route_slo(request, candidates, loads, predictions, bound, config, state)
+        return _route_slo(
+            request, candidates, loads, predictions, _Assessed(admissible, sure, likely, expected), config, state
+        )
     choose, reason = BASELINES[config.policy]
     chosen = choose(request, candidates, loads, config, state)
     if loads[chosen.name].waiting_for_slot > bound:
@@ -101,43 +138,74 @@ def route(
 def predict(request: RequestFeatures, view: VariantView, load: Load, config: RouterConfig) -> Prediction:
     """The latency ``view`` is predicted to give ``request`` under ``load``, judged against its SLO on the
     prediction inflated by the variant's learned error margin (see the module docstring)."""
-    model = view.latency
-    ttft, tpot = model.predict_request(request.prompt_tokens, load)
-    batch = load.batch_when_running
-    ttft_upper = ttft * (1.0 + config.error_margin_scale * model.ttft_margin)
-    tpot_upper = tpot * (1.0 + config.error_margin_scale * model.tpot_margin)
-    # Targets shrink by the headroom, so a prediction that is a little optimistic still lands inside.
-    scale = 1.0 - config.slo_headroom
-    violation = 0.0
-    slack = 1.0
-    # Conditionals rather than min/max calls: this runs for every candidate of every decision.
-    slo = request.slo
-    if slo.ttft_ms is not None:
-        ratio = ttft_upper / (slo.ttft_ms * scale)
-        if ratio > 1.0:
-            violation += ratio - 1.0
-        if 1.0 - ratio < slack:
-            slack = 1.0 - ratio
-    # A single-token answer has no time per output token to miss.
-    if slo.tpot_ms is not None and request.max_tokens > 1:
-        ratio = tpot_upper / (slo.tpot_ms * scale)
-        if ratio > 1.0:
-            violation += ratio - 1.0
-        if 1.0 - ratio < slack:
-            slack = 1.0 - ratio
-    return Prediction(
-        ttft_ms=ttft,
-        tpot_ms=tpot,
-        meets_slo=violation == 0.0,
-        violation=violation,
-        batch_size=batch,
-        queued_tokens_ahead=load.queued_prompt_tokens,
-        waiting_for_slot=load.waiting_for_slot,
-        context_tokens=load.context_tokens + request.prompt_tokens,
-        ttft_upper_ms=ttft_upper,
-        tpot_upper_ms=tpot_upper,
-        slack=slack,
-    )
+    return _Judge(request, config).predict(view.latency, load)
+
+
+class _Judge:
+    """Predicts and judges one request on each candidate: what depends only on the request and the config
+    (its targets shrunk by the headroom, the margin scale) is worked out once per decision, not per candidate."""
+
+    __slots__ = ("margin_scale", "prompt_tokens", "tpot_limit", "tpot_target", "ttft_limit", "ttft_target")
+
+    def __init__(self, request: RequestFeatures, config: RouterConfig) -> None:
+        slo = request.slo
+        # Targets shrink by the headroom, so a prediction that is a little optimistic still lands inside.
+        scale = 1.0 - config.slo_headroom
+        self.prompt_tokens = request.prompt_tokens
+        self.margin_scale = config.error_margin_scale
+        self.ttft_target = slo.ttft_ms
+        self.ttft_limit = None if slo.ttft_ms is None else slo.ttft_ms * scale
+        # A single-token answer has no time per output token to miss.
+        self.tpot_target = slo.tpot_ms if request.max_tokens > 1 else None
+        self.tpot_limit = None if self.tpot_target is None else self.tpot_target * scale
+
+    def predict(self, model: LatencyModel, load: Load) -> Prediction:
+        prompt_tokens = self.prompt_tokens
+        ttft, tpot = model.predict_request(prompt_tokens, load)
+        ttft_upper = ttft * (1.0 + self.margin_scale * model.ttft_margin)
+        tpot_upper = tpot * (1.0 + self.margin_scale * model.tpot_margin)
+        violation = 0.0
+        slack = 1.0
+        # Conditionals rather than min/max calls: this runs for every candidate of every decision.
+        if self.ttft_limit is not None:
+            ratio = ttft_upper / self.ttft_limit
+            if ratio > 1.0:
+                violation += ratio - 1.0
+            if 1.0 - ratio < slack:
+                slack = 1.0 - ratio
+        if self.tpot_limit is not None:
+            ratio = tpot_upper / self.tpot_limit
+            if ratio > 1.0:
+                violation += ratio - 1.0
+            if 1.0 - ratio < slack:
+                slack = 1.0 - ratio
+        # Load.batch_when_running, inline.
+        batch = load.running + load.queued + 1.0
+        if load.max_running < batch:
+            batch = float(load.max_running)
+        # Positional, in Prediction's field order (keywords cost more than the judging above).
+        return Prediction(
+            ttft,
+            tpot,
+            violation == 0.0,  # meets_slo
+            violation,
+            batch,  # batch_size
+            load.queued_prompt_tokens,  # queued_tokens_ahead
+            load.waiting_for_slot,
+            load.context_tokens + prompt_tokens,  # context_tokens
+            ttft_upper,  # ttft_upper_ms
+            tpot_upper,  # tpot_upper_ms
+            slack,
+        )
+
+
+class _Assessed(NamedTuple):
+    """The SLO policy's view of the candidates, from route's one pass."""
+
+    admissible: list[VariantView]  # within the request's queue bound
+    sure: list[VariantView]  # of those, the ones whose conservative prediction meets the SLO
+    likely: list[VariantView]  # the ones whose mean prediction does
+    expected: dict[str, float]  # each admissible one's mean prediction's largest ratio to a target
 
 
 def _route_slo(
@@ -145,18 +213,16 @@ def _route_slo(
     candidates: Sequence[VariantView],
     loads: Mapping[str, Load],
     predictions: dict[str, Prediction],
-    bound: float,
+    assessed: _Assessed,
     config: RouterConfig,
     state: RouterState,
 ) -> Decision:
-    admissible = [v for v in candidates if loads[v.name].waiting_for_slot <= bound]
+    admissible, sure, likely, expected = assessed
     if not admissible:
         return _reject_overloaded(predictions, config)
 
-    sure = [v for v in admissible if predictions[v.name].meets_slo]
-    # Those whose *mean* prediction meets the SLO: the best chance of a request no variant is sure to meet
-    # (see _expected_ratio), and where a request may go when the sure ones are reserved for others.
-    likely = [v for v in admissible if _expected_ratio(request, predictions[v.name]) <= 1.0]
+    # ``likely``: those whose *mean* prediction meets the SLO: the best chance of a request no variant is sure
+    # to meet (see route's pass), and where a request may go when the sure ones are reserved for others.
     meeting = sure or likely
     if len(candidates) == 1 or len(sure) == 1:
         # Only this variant can take the request (by context, or by SLO now): it reserves room there.
@@ -169,7 +235,7 @@ def _route_slo(
     if meeting:
 
         def pick(pool: Sequence[VariantView]) -> tuple[VariantView, Reason]:
-            return _best_meeting(pool, predictions, config) if sure else _most_likely(pool, request, predictions)
+            return _best_meeting(pool, predictions, config) if sure else _most_likely(pool, expected)
 
         best, reason = pick(meeting)
         meeting_names = {v.name for v in meeting}
@@ -227,49 +293,38 @@ def _route_slo(
             detail="Every variant that could take this request has so much work queued that it would miss "
             "its time-to-first-token target several times over; retry after the Retry-After interval.",
         )
-    best = min(admissible, key=lambda v: (_expected_ratio(request, predictions[v.name]), -v.quality))
+    best = min(admissible, key=lambda v: (expected[v.name], -v.quality))
     return Decision(best.name, missed, predictions)
 
 
 def _home(request: RequestFeatures, variants: Sequence[VariantView], loads: Mapping[str, Load]) -> VariantView:
     """The variant whose idle replica would give ``request`` the most room under its targets."""
-
-    def idle_ratio(view: VariantView) -> float:
+    ttft_target = request.slo.ttft_ms
+    tpot_target = request.slo.tpot_ms
+    home = variants[0]
+    least = float("inf")
+    # min(variants, key=idle ratio) written out: the first of the least ratio wins, as with min. The idle
+    # predictions come from the model's snapshot (LatencyModel.predict_idle_ttft_ms, idle_tpot_ms).
+    for i, view in enumerate(variants):
         ratio = 0.0
-        if request.slo.ttft_ms is not None:
-            ratio = idle_ttft_ms(request, view, loads[view.name]) / request.slo.ttft_ms
-        if request.slo.tpot_ms is not None:
-            ratio = max(ratio, view.latency.predict_tpot_ms(1.0) / request.slo.tpot_ms)
-        return ratio
-
-    return min(variants, key=idle_ratio)
-
-
-def _expected_ratio(request: RequestFeatures, prediction: Prediction) -> float:
-    """The *mean* prediction's largest ratio to a target (above 1: a miss): where a request that no variant
-    is sure to meet has its best chance. The conservative figures judge "sure to meet"; they are the wrong
-    measure here, because a busy variant's error margin is wide and would make it look worse than a slower
-    variant that will in fact miss. A ratio, not an overshoot, so that among variants whose mean prediction
-    meets the targets the one with the most room wins."""
-    ratio = 0.0
-    slo = request.slo
-    if slo.ttft_ms is not None:
-        ratio = prediction.ttft_ms / slo.ttft_ms
-    if slo.tpot_ms is not None and request.max_tokens > 1:
-        tpot_ratio = prediction.tpot_ms / slo.tpot_ms
-        if tpot_ratio > ratio:
-            ratio = tpot_ratio
-    return ratio
+        if ttft_target is not None:
+            # router.shedding.idle_ttft_ms, inline
+            ratio = view.latency.predict_idle_ttft_ms(request.prompt_tokens, loads[view.name].startup_ms) / ttft_target
+        if tpot_target is not None:
+            tpot_ratio = view.latency.idle_tpot_ms / tpot_target
+            if tpot_ratio > ratio:
+                ratio = tpot_ratio
+        if i == 0 or ratio < least:
+            home, least = view, ratio
+    return home
 
 
-def _most_likely(
-    likely: Sequence[VariantView], request: RequestFeatures, predictions: Mapping[str, Prediction]
-) -> tuple[VariantView, Reason]:
+def _most_likely(likely: Sequence[VariantView], expected: Mapping[str, float]) -> tuple[VariantView, Reason]:
     """Among variants whose mean prediction meets the SLO while none is sure to, the one with the most room
     (the best quality on a tie). With no variant sure, the chance of meeting comes before the objective: in
     the simulator's two_variant fleet at capacity, the best-quality pick sent interactive chat to the 70B,
     where its mean TPOT sat at the target and 45% missed (docs/sim.md)."""
-    return min(likely, key=lambda v: (_expected_ratio(request, predictions[v.name]), -v.quality)), Reason.SLO_LIKELY
+    return min(likely, key=lambda v: (expected[v.name], -v.quality)), Reason.SLO_LIKELY
 
 
 def _best_meeting(

@@ -32,6 +32,7 @@ from router.types import RequestFeatures, VariantView
 _MEAN_WEIGHT = 0.05
 # Kinds of exclusive demand remembered per variant: tiers are few, but x-slo-* headers can name any targets.
 _MAX_KINDS = 16
+_INF = float("inf")
 
 Targets = tuple[float | None, float | None]  # (TTFT ms, TPOT ms) of one kind of request
 
@@ -80,6 +81,8 @@ def reserve_room(
     """The room (as a fraction of its targets, 1 = all of it) that a typical exclusive request of ``view``
     of the tightest kind would find left if ``request`` took ``view`` now; 1 when the variant has no recent
     exclusive demand. ``count_own_kind=False`` leaves out the kind with ``request``'s own targets."""
+    if not demand:  # most variants keep room for no one: nothing to predict
+        return 1.0
     own = _targets(request)
     live = [(t, d) for t, d in _live(demand, now, window) if count_own_kind or t != own]
     if not live:
@@ -103,19 +106,20 @@ def _taking(view: VariantView, load: Load, request: RequestFeatures) -> Load:
     it adds its share of the prefill queue, of the batch and of the batch's context, as a request routed now
     would find them."""
     replicas = max(view.ready_replicas, view.starting_replicas, 1)
-    # Built directly rather than with dataclasses.replace: this runs for every option of every decision.
+    # Built directly rather than with dataclasses.replace, and positionally (in Load's field order): this runs
+    # for every option of every decision.
     return Load(
-        running=min(float(load.max_running), load.running + 1.0 / replicas),
-        queued=load.queued,
-        queued_prompt_tokens=load.queued_prompt_tokens + request.prompt_tokens / replicas,
-        waiting_for_slot=load.waiting_for_slot,
-        max_running=load.max_running,
-        context_tokens=load.context_tokens + request.prompt_tokens / replicas,
-        startup_ms=load.startup_ms,
-        prefill_tokens_per_s=load.prefill_tokens_per_s,
-        decode_tokens_left=load.decode_tokens_left,
-        measured_tpot_ms=load.measured_tpot_ms,
-        measured_batch=load.measured_batch,
+        min(float(load.max_running), load.running + 1.0 / replicas),  # running
+        load.queued,
+        load.queued_prompt_tokens + request.prompt_tokens / replicas,  # queued_prompt_tokens
+        load.waiting_for_slot,
+        load.max_running,
+        load.context_tokens + request.prompt_tokens / replicas,  # context_tokens
+        load.startup_ms,
+        load.prefill_tokens_per_s,
+        load.decode_tokens_left,
+        load.measured_tpot_ms,
+        load.measured_batch,
     )
 
 
@@ -140,6 +144,8 @@ def crowded_out(
     capacity nothing changes. Cost is not weighed: a rule that yielded only for prompts longer than the
     kept kind's left the tiers fleet at R = 6 at 71.9% where this one gives 76.7% (docs/sim.md).
     """
+    if not demand:
+        return False
     own = _targets(request)
     kept_for = [(t, d) for t, d in _live(demand, now, window) if _tighter(t, own)]
     return bool(kept_for) and _room(view, _taking(view, load, request), kept_for, error_margin_scale=0.0) < 0.0
@@ -149,11 +155,12 @@ def _tighter(a: Targets, b: Targets) -> bool:
     """Whether targets ``a`` are at least as tight as ``b`` on both measures and tighter on one (None: no
     target, the loosest)."""
 
-    def bound(value: float | None) -> float:
-        return float("inf") if value is None else value
-
-    pairs = [(bound(x), bound(y)) for x, y in zip(a, b, strict=True)]
-    return all(x <= y for x, y in pairs) and any(x < y for x, y in pairs)
+    # Flat rather than with all/any over pairs: asked of every kind a variant keeps room for, per decision.
+    a_ttft = _INF if a[0] is None else a[0]
+    a_tpot = _INF if a[1] is None else a[1]
+    b_ttft = _INF if b[0] is None else b[0]
+    b_tpot = _INF if b[1] is None else b[1]
+    return a_ttft <= b_ttft and a_tpot <= b_tpot and (a_ttft < b_ttft or a_tpot < b_tpot)
 
 
 def _room(
@@ -168,8 +175,13 @@ def _room(
     for (ttft_target, tpot_target), kind in kinds:
         # Both from one pass (LatencyModel.predict_request), at the kind's mean prompt rounded to a token.
         ttft, tpot = model.predict_request(round(kind.prompt_tokens), load)
+        # Conditionals rather than min calls (the same result: min keeps the first of equals).
         if ttft_target is not None:
-            room = min(room, 1.0 - ttft * ttft_lift / ttft_target)
+            left = 1.0 - ttft * ttft_lift / ttft_target
+            if left < room:
+                room = left
         if tpot_target is not None:
-            room = min(room, 1.0 - tpot * tpot_lift / tpot_target)
+            left = 1.0 - tpot * tpot_lift / tpot_target
+            if left < room:
+                room = left
     return room
