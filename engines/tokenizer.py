@@ -101,14 +101,18 @@ class FastTokenizer:
         return self._tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)
 
     def apply_chat_template(
-        self, conversation: list[dict[str, Any]], add_generation_prompt: bool = False, tokenize: bool = True
+        self,
+        conversation: list[dict[str, Any]],
+        add_generation_prompt: bool = False,
+        tokenize: bool = True,
+        tools: list[dict[str, Any]] | None = None,
     ) -> list[int] | str:
         if self.chat_template is None:
             raise ValueError("this tokenizer has no chat template")
         text = self._compiled_template().render(
             messages=conversation,
             add_generation_prompt=add_generation_prompt,
-            tools=None,
+            tools=tools,  # OpenAI's JSON, as transformers passes them
             documents=None,
             **self.special_tokens_map,
         )

@@ -318,6 +318,7 @@ class Ingress:
             created=int(time.time()),
             chat=chat,
             logprobs=req.requested_logprobs() is not None,
+            tool_names=req.parsed_tool_names() if chat else None,  # tool_calls read back (serve_app/tool_calls.py)
         )
         echo = self._prompts.text(req.prompt) if not chat and req.echo else ""  # the prompt, before the completion
         if len(flights) > 1:
@@ -574,7 +575,7 @@ class Ingress:
         req = parse_request(ChatCompletionRequest if inbound.chat else CompletionRequest, body)
         pinned = self._check_model(req.model)
         if inbound.chat:
-            prompt_ids = self._prompts.chat(req.messages)
+            prompt_ids = self._prompts.chat(req.messages, req.template_tools())
             max_tokens = req.effective_max_tokens()
         else:
             prompt_ids = self._prompts.completion(req.prompt)

@@ -6,10 +6,14 @@ checked for type and range, and every failure names its field (OpenAI's ``error.
 * The optional sampling fields (penalties, logit_bias, seed, min_tokens, ...; ``engines.protocol.SAMPLING_FIELDS``)
   are implemented by some backends and not others: the router sends a request that uses one only to a variant
   whose backend implements it, and refuses it with a 400 naming the field otherwise (docs/openai-api.md).
-* OpenAI fields that change what a client gets back and that no backend here implements (tools,
-  structured output, ...) are refused with a 400 naming them when set to anything but their neutral value, never
-  silently dropped: :data:`UNSUPPORTED_COMPLETION` and :data:`UNSUPPORTED_CHAT` list them (from the ``openai``
-  package's ``completion_create_params`` and ``chat/completion_create_params``).
+* Structured output (``response_format``) and tool calls that ``tool_choice`` requires are guided decoding: a
+  sampling field like the others (``GuidedDecoding`` in the engine's params), routed to a variant whose engine has
+  a guided decoder and refused naming the field elsewhere. Tools themselves are rendered by the chat template and
+  the output read back as ``tool_calls`` (serve_app/tool_calls.py); docs/openai-api.md says what each backend does.
+* OpenAI fields that change what a client gets back and that no backend here implements (``suffix``, audio,
+  ...) are refused with a 400 naming them when set to anything but their neutral value, never silently dropped:
+  :data:`UNSUPPORTED_COMPLETION` and :data:`UNSUPPORTED_CHAT` list them (from the ``openai`` package's
+  ``completion_create_params`` and ``chat/completion_create_params``).
 * Fields that change nothing a client sees (``user``, ``metadata``, ``store``, ``service_tier``,
   ``prompt_cache_key``, ...) are ignored.
 """
@@ -19,10 +23,20 @@ from __future__ import annotations
 import json
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from engines.errors import InvalidRequestError
-from engines.protocol import SamplingParams
+from engines.protocol import GuidedDecoding, SamplingParams
+from serve_app.tool_calls import NamedToolChoice, Tool, ToolChoice, call_schema
 
 # The most choices (``n``) one request may ask for: each is an engine request of its own.
 MAX_CHOICES = 8
@@ -31,6 +45,37 @@ MAX_CHOICES = 8
 class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="ignore")
     include_usage: bool = False
+
+
+class JSONSchemaFormat(BaseModel):
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
+    description: str | None = None
+    schema_: dict[str, Any] | None = Field(None, alias="schema", description="The JSON schema the output follows.")
+    strict: bool | None = None
+
+
+class ResponseFormat(BaseModel):
+    """OpenAI's ``response_format``: ``text`` (no constraint), ``json_object`` (any JSON object) or ``json_schema``
+    (JSON following ``json_schema.schema``); the last two need a guided decoder in the engine."""
+
+    model_config = ConfigDict(extra="ignore")
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JSONSchemaFormat | None = None
+
+    @model_validator(mode="after")
+    def _schema_for_json_schema(self) -> ResponseFormat:
+        if self.type == "json_schema" and self.json_schema is None:
+            raise ValueError("type 'json_schema' needs a 'json_schema' object (name, schema)")
+        return self
+
+    def guided(self) -> GuidedDecoding | None:
+        if self.type == "text":
+            return None
+        schema = self.json_schema.schema_ if self.json_schema is not None else None
+        if self.type == "json_object" or schema is None:  # OpenAI's schema is optional: then any JSON object
+            return GuidedDecoding("json_object", param="response_format")
+        return GuidedDecoding("json", schema, param="response_format")
 
 
 class _SamplingFields(BaseModel):
@@ -69,6 +114,11 @@ class _SamplingFields(BaseModel):
         le=MAX_CHOICES,
         description="Choices to generate: one engine request each (a seed is offset by the choice's index).",
     )
+    response_format: ResponseFormat | None = Field(
+        None,
+        description="Structured output: json_object or json_schema, enforced by the engine's guided decoding "
+        "(backends that have it only: docs/openai-api.md). On completions an extension (vLLM, trtllm-serve).",
+    )
     stream: bool = False
     stream_options: StreamOptions | None = None
     priority: int | None = Field(
@@ -102,6 +152,10 @@ class _SamplingFields(BaseModel):
         """Top alternatives per token to report (0: the token's own log probability alone); None: none."""
         return None
 
+    def guided(self) -> GuidedDecoding | None:
+        """The constraint on the output's text, if the request asks for one."""
+        return self.response_format.guided() if self.response_format is not None else None
+
     def sampling(self, max_tokens: int) -> SamplingParams:
         if self.min_tokens is not None and self.min_tokens > max_tokens:  # caught here, not a round trip later
             raise InvalidRequestError(
@@ -122,6 +176,7 @@ class _SamplingFields(BaseModel):
             min_tokens=self.min_tokens or 0,
             logit_bias={int(token): bias for token, bias in (self.logit_bias or {}).items()},
             logprobs=self.requested_logprobs(),
+            guided=self.guided(),
         )
 
     @property
@@ -138,22 +193,21 @@ UNSUPPORTED_COMPLETION: dict[str, tuple[Any, ...]] = {
 }
 UNSUPPORTED_CHAT: dict[str, tuple[Any, ...]] = {
     "audio": (None,),
+    # The deprecated form of tools: a client that sends it gets told, rather than its functions being ignored.
     "function_call": (None, "none", "auto"),
     "functions": (None, []),
     "modalities": (None, ["text"]),
     "moderation": (None,),
     "prediction": (None,),
-    "response_format": (None, {"type": "text"}),
-    "tool_choice": (None, "none", "auto"),
-    "tools": (None, []),
     "web_search_options": (None,),
 }
 
 
 # Fields accepted and ignored because they change nothing a client gets back from these engines (billing, storage
-# and caching hints; reasoning and verbosity knobs of models that have none here; parallel_tool_calls only means
-# something with tools, which are refused). Listed so that every field of OpenAI's request bodies is accounted for
-# (tests/serve_app/test_openapi_doc.py) and described in /openapi.json.
+# and caching hints; reasoning and verbosity knobs of models that have none here; parallel_tool_calls: a required
+# call is one call, and under "auto" the model writes as many as it does, both as OpenAI allows). Listed so that
+# every field of OpenAI's request bodies is accounted for (tests/serve_app/test_openapi_doc.py) and described in
+# /openapi.json.
 IGNORED_COMPLETION: tuple[str, ...] = ("user",)
 IGNORED_CHAT: tuple[str, ...] = (
     "metadata",
@@ -258,6 +312,66 @@ class ChatCompletionRequest(_SamplingFields):
     top_logprobs: int | None = Field(
         None, ge=0, le=20, strict=True, description="With logprobs: this many likeliest alternatives per token."
     )
+    tools: list[Tool] | None = Field(
+        None,
+        max_length=128,
+        description="Functions the model may call, rendered by the model's chat template (one that renders tools).",
+    )
+    tool_choice: ToolChoice | None = Field(
+        None,
+        description="'auto' (the default with tools): the model decides, its calls read back as tool_calls. "
+        "'required' or a named function: a call is enforced by guided decoding (backends that have it only). "
+        "'none': the tools are not shown to the model.",
+    )
+
+    @model_validator(mode="after")
+    def _tool_choice_names_a_tool(self) -> ChatCompletionRequest:
+        # InvalidRequestError is no ValueError: pydantic lets it through, with the field it names.
+        choice = self.tool_choice
+        if (choice == "required" or isinstance(choice, NamedToolChoice)) and not self.tools:
+            raise InvalidRequestError("A 'tool_choice' that requires a call needs 'tools'.", param="tool_choice")
+        if isinstance(choice, NamedToolChoice) and choice.function.name not in self.tool_names():
+            raise InvalidRequestError(
+                f"'tool_choice' names function {choice.function.name!r}, which is not in 'tools'.", param="tool_choice"
+            )
+        names = [t.function.name for t in self.tools or ()]
+        if len(set(names)) != len(names):
+            raise InvalidRequestError("Two of 'tools' have the same name.", param="tools")
+        return self
+
+    def tool_names(self) -> frozenset[str]:
+        return frozenset(t.function.name for t in self.tools or ())
+
+    def effective_tool_choice(self) -> str:
+        """'none', 'auto', 'required' or the name of the required function (OpenAI's default: auto with tools)."""
+        choice = self.tool_choice
+        if isinstance(choice, NamedToolChoice):
+            return choice.function.name
+        return choice or ("auto" if self.tools else "none")
+
+    def template_tools(self) -> list[dict[str, Any]] | None:
+        """The tools as chat templates take them (OpenAI's JSON), or None when the model is not to see any."""
+        if not self.tools or self.effective_tool_choice() == "none":
+            return None
+        return [t.model_dump(exclude_none=True) for t in self.tools]
+
+    def parsed_tool_names(self) -> frozenset[str] | None:
+        """The tools whose calls the output is read back for (serve_app/tool_calls.py); None: plain content."""
+        return self.tool_names() if self.template_tools() is not None else None
+
+    def guided(self) -> GuidedDecoding | None:
+        choice = self.effective_tool_choice()
+        response = super().guided()
+        if choice in ("none", "auto"):
+            return response
+        if response is not None:
+            raise InvalidRequestError(
+                "'response_format' and a 'tool_choice' that requires a call both constrain the output; send one.",
+                param="tool_choice",
+            )
+        return GuidedDecoding(
+            "json", call_schema(self.tools or [], None if choice == "required" else choice), "tool_choice"
+        )
 
     def requested_logprobs(self) -> int | None:
         if not self.logprobs:

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from engines.protocol import TokenLogprob
+from serve_app.tool_calls import ToolCall, may_be_a_call, parse_calls
 
 DONE = b"data: [DONE]\n\n"
 
@@ -42,8 +43,11 @@ class ResponseShape:
     chat: bool
     system_fingerprint: str | None = None
     logprobs: bool = False  # the request asked for them: every choice carries a logprobs object
+    # Chat with tools the model was shown: the output is read back for calls of these (serve_app/tool_calls.py).
+    tool_names: frozenset[str] | None = None
     _sent_role: set[int] = field(default_factory=set)  # the choices whose first chunk carried the role
     _text_offset: dict[int, int] = field(default_factory=dict)  # per choice: text_offset of its next token
+    _held: dict[int, _Held] = field(default_factory=dict)  # per choice: output that may be tool calls, not yet sent
 
     @property
     def chunk_object(self) -> str:
@@ -103,8 +107,36 @@ class ResponseShape:
         logprobs: Sequence[TokenLogprob] | None = None,
         index: int = 0,
     ) -> bytes:
-        """One streamed text chunk of choice ``index``, framed for SSE."""
-        return sse(self.chunk(text, finish_reason, logprobs, index))
+        """One streamed text chunk of choice ``index``, framed for SSE; with tools, what of it may be sent yet
+        (b"" while a possible call is held back, its calls once the choice finishes)."""
+        if self.tool_names is None or not self.chat:
+            return sse(self.chunk(text, finish_reason, logprobs, index))
+        held = self._held.setdefault(index, _Held())
+        if held.passing:
+            return sse(self.chunk(text, finish_reason, logprobs, index))
+        held.text += text
+        held.logprobs.extend(logprobs or ())
+        verdict = may_be_a_call(held.text)
+        if verdict is False:  # plain content: what was held, then everything as it comes
+            held.passing = True
+            return sse(self.chunk(held.text, finish_reason, held.logprobs, index))
+        if finish_reason is None:
+            return b""
+        calls = parse_calls(held.text, self.tool_names) if verdict else None
+        if calls is None:
+            return sse(self.chunk(held.text, finish_reason, held.logprobs, index))
+        return sse(self.tool_calls_chunk(calls, held.logprobs, index))
+
+    def tool_calls_chunk(self, calls: Sequence[ToolCall], logprobs: Sequence[TokenLogprob], index: int = 0) -> dict:
+        """A choice's calls as one streamed chunk, which finishes it (the openai SDK accumulates the deltas)."""
+        body = self._base(self.chunk_object)
+        delta: dict = {"content": None, "tool_calls": [c.as_openai(i) for i, c in enumerate(calls)]}
+        if index not in self._sent_role:
+            delta["role"] = "assistant"
+            self._sent_role.add(index)
+        lp = self._logprobs(logprobs, index)
+        body["choices"] = [{"index": index, "delta": delta, "finish_reason": "tool_calls", "logprobs": lp}]
+        return body
 
     def usage_chunk(self, prompt_tokens: int, completion_tokens: int) -> dict:
         body = self._base(self.chunk_object)
@@ -135,13 +167,27 @@ class ResponseShape:
         for index, (text, finish_reason, logprobs) in enumerate(choices):
             lp = self._logprobs(logprobs, index)
             if self.chat:
-                message = {"role": "assistant", "content": text}
+                message: dict = {"role": "assistant", "content": text}
+                # The rule the stream follows (sse_chunk), so that both give the same answer.
+                calls = parse_calls(text, self.tool_names) if self.tool_names is not None else None
+                if calls is not None and finish_reason is not None:
+                    message = {"role": "assistant", "content": None, "tool_calls": [c.as_openai() for c in calls]}
+                    finish_reason = "tool_calls"
                 out.append({"index": index, "message": message, "finish_reason": finish_reason, "logprobs": lp})
             else:
                 out.append({"index": index, "text": text, "finish_reason": finish_reason, "logprobs": lp})
         body["choices"] = out
         body["usage"] = usage(prompt_tokens, completion_tokens)
         return body
+
+
+@dataclass(slots=True)
+class _Held:
+    """One choice's output while it may still be tool calls (ResponseShape.sse_chunk)."""
+
+    text: str = ""
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+    passing: bool = False  # decided: plain content, sent as it comes
 
 
 def _token_bytes(token: str) -> list[int]:

@@ -63,7 +63,9 @@ class PromptBuilder:
         """The prompt as text, for ``echo``: a token-id prompt decoded as outputs are (special tokens left out)."""
         return prompt if isinstance(prompt, str) else str(self.tokenizer.decode(prompt))
 
-    def chat(self, messages: Sequence[ChatMessage]) -> list[int]:
+    def chat(self, messages: Sequence[ChatMessage], tools: list[dict[str, Any]] | None = None) -> list[int]:
+        """The prompt of a conversation; with ``tools`` (OpenAI's JSON) the template renders them, or the request is
+        refused naming ``tools``: a template that ignores them would drop them silently."""
         if not getattr(self.tokenizer, "chat_template", None):
             raise InvalidRequestError("This model has no chat template: use /v1/completions.", param="messages")
         conversation = []
@@ -75,7 +77,11 @@ class PromptBuilder:
             _check_encodable(rendered["content"], f"messages[{index}].content")
             conversation.append(rendered)
         try:
-            ids: Any = self.tokenizer.apply_chat_template(conversation, add_generation_prompt=True, tokenize=True)
+            if tools:
+                self._check_renders_tools(conversation, tools)
+            ids: Any = self.tokenizer.apply_chat_template(
+                conversation, add_generation_prompt=True, tokenize=True, **({"tools": tools} if tools else {})
+            )
         except TemplateError as e:
             # The template's own refusal (an unsupported role, tool calls it cannot render): the client's message.
             raise InvalidRequestError(
@@ -84,3 +90,17 @@ class PromptBuilder:
         if not isinstance(ids, list):  # transformers 5 may return a BatchEncoding
             ids = ids["input_ids"]
         return list(ids)
+
+    def _check_renders_tools(self, conversation: list[dict[str, Any]], tools: list[dict[str, Any]]) -> None:
+        """Refuses tools the template does not render (the same text with and without them): the model would not
+        know them, and a client would think it had offered them."""
+        plain = self.tokenizer.apply_chat_template(conversation, add_generation_prompt=True, tokenize=False)
+        with_tools = self.tokenizer.apply_chat_template(
+            conversation, add_generation_prompt=True, tokenize=False, tools=tools
+        )
+        if plain == with_tools:
+            raise InvalidRequestError(
+                "This model's chat template does not render tools, so the model could not call them: remove "
+                "'tools' (or send tool_choice 'none'), or use a model whose template supports tool calling.",
+                param="tools",
+            )
