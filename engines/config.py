@@ -297,6 +297,9 @@ SERVER_COMMAND_FIELDS = frozenset({"model", "host", "port", "tp", "max_seq_len",
 # a 400; iteration stats, else the PyTorch backend's /metrics is always [] (py_executor: "if
 # self.enable_iter_perf_stats == False: return []"). Both are TorchLlmArgs fields; --backend tensorrt has neither.
 DEFAULT_LLM_API_OPTIONS = {"enable_chunked_prefill": True, "enable_iter_perf_stats": True}
+# TorchLlmArgs fields we know of that the TensorRT backend's TrtLlmArgs lacks (its models forbid unknown fields):
+# the two above and stream_interval (responses every N iterations, py_executor.py _handle_responses).
+TORCH_ONLY_LLM_API_OPTIONS = frozenset({"enable_chunked_prefill", "enable_iter_perf_stats", "stream_interval"})
 
 
 def _placeholders(command: list[str]) -> set[str]:
@@ -448,7 +451,7 @@ class OpenAIServerEngineConfig(_Strict):
                 ("llm_api_options", "is set, but the command does not pass {llm_api_options} (--extra_llm_api_options)")
             )
         if is_trtllm_serve(self.command) and self.trtllm_loader() == "tensorrt" and "llm_api_options" in used:
-            torch_only = sorted(set(self.llm_api_options) & {"enable_iter_perf_stats", "enable_chunked_prefill"})
+            torch_only = sorted(set(self.llm_api_options) & TORCH_ONLY_LLM_API_OPTIONS)
             if torch_only:
                 problems.append(
                     (

@@ -166,12 +166,17 @@ async def test_a_timeout_finish_is_not_a_success_contract(trtllm_serve):
         await engine.shutdown()
 
 
+def every(interval: int) -> dict:
+    """llm_api_options with trtllm-serve's stream_interval (responses every ``interval`` iterations)."""
+    return {"llm_api_options": {**DEFAULT_LLM_API_OPTIONS, "stream_interval": interval}}
+
+
 async def test_completion_tokens_are_the_servers_count_not_the_chunks_contract(trtllm_serve):
-    """D8: three tokens a chunk (stream_interval); usage comes only when stream_options ask for it."""
-    engine = await started(sidecar(trtllm_serve, env={"FAKE_TRTLLM_TOKENS_PER_CHUNK": "3"}))
+    """D8: several tokens a chunk (stream_interval 3); usage comes only when stream_options ask for it."""
+    engine = await started(sidecar(trtllm_serve, **every(3)))
     try:
         deltas = [d async for d in engine.generate(request(max_tokens=12, ignore_eos=True, temperature=0.0))]
-        assert len([d for d in deltas if d.text]) == 4
+        assert len([d for d in deltas if d.text]) == 5  # iterations 1, 3, 6, 9 and 12
         assert deltas[-1].completion_tokens == 12
         body = (await fake_state(engine))["last_body"]
         assert body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
@@ -192,7 +197,7 @@ async def test_greedy_is_sent_as_top_k_1_contract(trtllm_serve):
 
 async def test_logprobs_are_asked_for_and_read_back_per_token_contract(trtllm_serve):
     """trtllm-serve's completions stream carries each chunk's logprobs (create_completion_logprobs)."""
-    engine = await started(sidecar(trtllm_serve, env={"FAKE_TRTLLM_TOKENS_PER_CHUNK": "3"}))
+    engine = await started(sidecar(trtllm_serve, **every(3)))
     try:
         deltas = [d async for d in engine.generate(request(max_tokens=6, ignore_eos=True, logprobs=1))]
         assert (await fake_state(engine))["last_body"]["logprobs"] == 1
@@ -294,3 +299,47 @@ def test_other_servers_get_openais_json_schema_form():
     }
     with pytest.raises(InvalidRequestError):  # OpenAI's response_format has no regex
         response_format(GuidedDecoding("regex", "[0-9]+"), trtllm_serve=False)
+
+
+async def test_stream_interval_sends_the_first_token_at_once_then_every_n_iterations_contract(trtllm_serve):
+    """trtllm-serve's own stream_interval (llm_api_options): one SSE event per 4 iterations after the first, so
+    the replica parses a quarter of the events; the text and the token count are the same as at 1."""
+    texts = {}
+    for interval in (1, 4):
+        engine = await started(sidecar(trtllm_serve, **every(interval)))
+        try:
+            deltas = [d async for d in engine.generate(request(max_tokens=10, ignore_eos=True, temperature=0.0))]
+            texts[interval] = [d.text for d in deltas if d.text]
+            assert deltas[-1].completion_tokens == 10
+        finally:
+            await engine.shutdown()
+    assert [len(t) for t in texts[4]] == [1, 3, 4, 2]  # iterations 1, 4, 8 and the last (10)
+    assert len(texts[1]) == 10
+    assert "".join(texts[4]) == "".join(texts[1])
+
+
+def test_stream_interval_is_refused_for_the_tensorrt_backend_at_deploy_time(trtllm_serve):
+    """A TorchLlmArgs field: the TensorRT backend's argument model has none and forbids unknown ones."""
+    with pytest.raises(ValueError, match="stream_interval: PyTorch-backend arguments"):
+        OpenAIServerEngineConfig(
+            model="/m",
+            command=[*command(trtllm_serve), "--backend", "tensorrt"],
+            max_seq_len=4096,
+            llm_api_options={"stream_interval": 4},
+        )
+    argv = [str(trtllm_serve), "serve", "/m", "--backend", "tensorrt", "--extra_llm_api_options"]
+    options = trtllm_serve.parent / "stream-interval.yaml"
+    options.write_text("stream_interval: 4\n")
+    assert subprocess.run([*argv, str(options)], capture_output=True, timeout=60).returncode != 0
+
+
+def test_the_production_sidecars_stream_every_few_iterations():
+    """configs/gpu-trtllm-serve.yaml sets stream_interval so that N decode steps stay within the coalescing
+    interval (docs/tensorrt-llm.md): fewer SSE events for the replica to parse, no later first token."""
+    from serve_app.config import load_config_file
+
+    config = load_config_file(Path(__file__).resolve().parents[2] / "configs" / "gpu-trtllm-serve.yaml")
+    for variant in config.variants:
+        engine = variant.engine
+        assert isinstance(engine, OpenAIServerEngineConfig)
+        assert engine.llm_api_options.get("stream_interval", 1) > 1, variant.name

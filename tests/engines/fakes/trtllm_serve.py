@@ -21,8 +21,12 @@ Run as ``python trtllm_serve.py serve MODEL --host H --port P ...`` (the tests p
   regex; another type is a 400) is enforced only with ``guided_decoding_backend`` in the LLM API options: then the
   "model" writes the smallest JSON the schema allows (``{}`` for json_object, ``FAKE_TRTLLM_GUIDED_TEXT`` for a
   regex); without it the guide is dropped and the script comes out, as an engine without a guided decoder does;
-* ``FAKE_TRTLLM_TOKENS_PER_CHUNK`` tokens per chunk (``stream_interval``), ``FAKE_TRTLLM_FINISH_AFTER`` /
-  ``FAKE_TRTLLM_FINISH_REASON`` end every request after N tokens with that reason (e.g. ``timeout``).
+* ``stream_interval`` (a TorchLlmArgs field, so only in the YAML; trtllm-serve has no flag for it): a request's
+  response goes out at its first decoding iteration, when it finishes, and every ``stream_interval``-th
+  iteration, carrying every token since the last (py_executor.py ``_handle_responses``: ``py_decoding_iter == 1
+  or is_finished or py_decoding_iter % stream_interval == 0``); ``--backend tensorrt`` refuses the key;
+* ``FAKE_TRTLLM_FINISH_AFTER`` / ``FAKE_TRTLLM_FINISH_REASON`` end every request after N tokens with that reason
+  (e.g. ``timeout``).
 
 ``GET /fake/state`` reports what the tests check (the last request body, the most /metrics handlers at once).
 """
@@ -47,7 +51,6 @@ from starlette.routing import Route
 SCRIPT = "Hello, world! This is a fake completion."
 STEP_S = float(os.environ.get("FAKE_TRTLLM_STEP_S", "0.005"))
 STATS_QUIET_S = float(os.environ.get("FAKE_TRTLLM_STATS_QUIET_S", "2"))
-TOKENS_PER_CHUNK = int(os.environ.get("FAKE_TRTLLM_TOKENS_PER_CHUNK", "1"))
 FINISH_AFTER = int(os.environ.get("FAKE_TRTLLM_FINISH_AFTER", "0"))
 FINISH_REASON = os.environ.get("FAKE_TRTLLM_FINISH_REASON", "timeout")
 GUIDED_TEXT = os.environ.get("FAKE_TRTLLM_GUIDED_TEXT", "")
@@ -71,8 +74,13 @@ def parse_args(argv: list[str]) -> dict[str, Any]:
     args = vars(parser.parse_args(argv))
     if args["extra_llm_api_options"]:
         with open(args["extra_llm_api_options"]) as f:
-            args.update(yaml.safe_load(f) or {})
+            extra = yaml.safe_load(f) or {}
+        if args["backend"] in ("tensorrt", "trt") and "stream_interval" in extra:
+            # TrtLlmArgs has no such field, and the LLM API's argument models forbid unknown ones.
+            sys.exit("trtllm-serve: stream_interval is not an argument of the TensorRT backend")
+        args.update(extra)
     args.setdefault("enable_iter_perf_stats", False)
+    args.setdefault("stream_interval", 1)
     return args
 
 
@@ -181,8 +189,8 @@ class FakeServer:
                             finish = FINISH_REASON
                         elif n >= body["max_tokens"]:
                             finish = "length"
-                if finish is None and len(pending) < TOKENS_PER_CHUNK:
-                    continue
+                if finish is None and n != 1 and n % self.args["stream_interval"] != 0:
+                    continue  # not a response iteration (see the module docstring)
                 text += pending
                 choice = {"index": 0, "text": pending, "finish_reason": finish, "stop_reason": stop_reason}
                 if body.get("logprobs") is not None:  # create_completion_logprobs: one entry per token of the chunk
