@@ -384,6 +384,15 @@ class ChatCompletionRequest(_SamplingFields):
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
 
 
+_TYPE_TAGS = frozenset({"str", "int", "float", "bool", "dict", "list", "none"})
+
+
+def _union_tag(part: Any) -> bool:
+    """Whether a part of a pydantic error's location names a union member ("str", "list[int]", "literal[...]",
+    "NamedToolChoice"), not a field: ``param`` names the client's field alone."""
+    return isinstance(part, str) and (part in _TYPE_TAGS or "[" in part or "-" in part or part[:1].isupper())
+
+
 def parse_request(model: type[BaseModel], body: Any) -> Any:
     """Validates ``body`` as ``model``; the first problem becomes an ``InvalidRequestError`` naming the field."""
     if not isinstance(body, dict):
@@ -393,7 +402,7 @@ def parse_request(model: type[BaseModel], body: Any) -> Any:
         return model.model_validate(body)
     except ValidationError as e:
         err = e.errors()[0]
-        param = ".".join(str(p) for p in err["loc"]) or None
+        param = ".".join(str(p) for p in err["loc"] if not _union_tag(p)) or None
         kind = err["type"]
         if kind == "missing":
             msg = f"'{param}' is a required property"
