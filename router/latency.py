@@ -414,24 +414,27 @@ class LatencyModel:
         batch = float(load.max_running) if load.max_running < queued_batch else queued_batch
         batch_1 = batch if batch > 1.0 else 1.0
         # The new request's decode: in the batch it joins, its prompt added to the batch's context.
-        tpot = (at_batch_1 + per_extra_seq * (batch_1 - 1.0) + per_context_token * (context + prompt_tokens)) / free
-        # The running batch's, for the wait for a slot.
-        tpot_running = (at_batch_1 + per_extra_seq * (running - 1.0) + per_context_token * context) / free
-        if load.measured_tpot_ms > 0.0:
+        batch_ms = per_extra_seq * (batch_1 - 1.0)
+        context_ms = per_context_token * (context + prompt_tokens)
+        tpot = (at_batch_1 + batch_ms + context_ms) / free
+        measured_tpot_ms = load.measured_tpot_ms
+        if measured_tpot_ms > 0.0:
             measured_batch = load.measured_batch if load.measured_batch > 1.0 else 1.0
             at_measured = (at_batch_1 + per_extra_seq * (measured_batch - 1.0) + per_context_token * context) / free
             lift = 1.0 + self._tpot_error.value
-            measured = load.measured_tpot_ms * tpot / at_measured / lift
+            measured = measured_tpot_ms * tpot / at_measured / lift
             tpot = measured if measured > tpot else tpot
-            measured = load.measured_tpot_ms * tpot_running / at_measured / lift
-            tpot_running = measured if measured > tpot_running else tpot_running
         slot_wait = 0.0
         if load.waiting_for_slot:
+            # The running batch's TPOT, for the wait for a slot (only then: most candidates have a free one).
+            tpot_running = (at_batch_1 + per_extra_seq * (running - 1.0) + per_context_token * context) / free
+            if measured_tpot_ms > 0.0:
+                measured = measured_tpot_ms * tpot_running / at_measured / lift
+                tpot_running = measured if measured > tpot_running else tpot_running
             tokens_left = mean_output_tokens if load.decode_tokens_left is None else max(load.decode_tokens_left, 1.0)
             slot_wait = load.waiting_for_slot * tokens_left * tpot_running / running
         prefill = (prompt_tokens + load.queued_prompt_tokens) * ms_per_token
-        step = per_extra_seq * (batch_1 - 1.0) + per_context_token * (context + prompt_tokens)
-        return base + prefill + slot_wait + steps * step + load.startup_ms, tpot
+        return base + prefill + slot_wait + steps * (batch_ms + context_ms) + load.startup_ms, tpot
 
     def predict_idle_ttft_ms(self, prompt_tokens: int, startup_ms: float = 0.0) -> float:
         """TTFT of a ``prompt_tokens`` prompt on a replica with nothing running or queued (plus ``startup_ms``):
