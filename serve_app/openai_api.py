@@ -40,6 +40,10 @@ from serve_app.tool_calls import NamedToolChoice, Tool, ToolChoice, call_schema
 
 # The most choices (``n``) one request may ask for: each is an engine request of its own.
 MAX_CHOICES = 8
+# A temperature below this is greedy (vLLM's _SAMPLING_EPS): dividing logits by 1e-120 overflows them to inf, and the
+# engine's sampler then fails the request (torch.multinomial: "probability tensor contains either inf, nan or
+# element < 0"; found by tests/serve_app/test_fuzz_schema.py).
+GREEDY_BELOW_TEMPERATURE = 1e-5
 
 
 class StreamOptions(BaseModel):
@@ -163,7 +167,7 @@ class _SamplingFields(BaseModel):
             )
         return SamplingParams(
             max_tokens=max_tokens,
-            temperature=self.temperature,
+            temperature=0.0 if self.temperature < GREEDY_BELOW_TEMPERATURE else self.temperature,
             top_p=self.top_p,
             top_k=self.top_k,
             seed=self.seed,

@@ -180,3 +180,11 @@ def test_n_choices_are_bounded():
         with pytest.raises(InvalidRequestError) as err:
             parse_request(ChatCompletionRequest, {**CHAT, "n": n})
         assert err.value.param == "n"
+
+
+@pytest.mark.parametrize("temperature", [9.157182573981537e-121, 1e-6])
+def test_a_vanishing_temperature_is_greedy_not_an_overflow(temperature):
+    # Logits divided by 1e-120 are inf: the sampler then fails the request (found by the schema fuzz run).
+    sampling = parse_request(CompletionRequest, {**COMPLETION, "temperature": temperature}).sampling(4)
+    assert (sampling.temperature, sampling.greedy) == (0.0, True)
+    assert parse_request(CompletionRequest, {**COMPLETION, "temperature": 0.01}).sampling(4).temperature == 0.01
