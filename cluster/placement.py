@@ -66,7 +66,7 @@ def replica_placement(variant: VariantConfig) -> dict[str, Any]:
     """
     resources = variant.resources
     if worker_layout(variant.engine) is WorkerLayout.IN_REPLICA:
-        return {"ray_actor_options": resources.to_ray_actor_options()}
+        return {"ray_actor_options": _with_runtime_env(resources.to_ray_actor_options(), variant, {})}
 
     ranks = tensor_parallel_size(variant.engine)
     accelerator = (
@@ -84,22 +84,35 @@ def replica_placement(variant: VariantConfig) -> dict[str, Any]:
     # The accelerator type goes on every GPU bundle (the GPUs are what must be H100s); the replica actor does
     # not ask for it, since a resource it asks for must also be in bundle 0.
     gpu_bundles = [{"GPU": 1.0, **accelerator} for _ in range(ranks)]
-    actor_options["runtime_env"] = {
-        "env_vars": {
-            # TensorRT-LLM's Ray executor: use the current placement group, rank i in bundle i + 1.
-            "TRTLLM_RAY_BUNDLE_INDICES": ",".join(str(REPLICA_BUNDLE + 1 + rank) for rank in range(ranks)),
-            # The replica reserves no GPU itself, so Ray would hide every GPU from it (CUDA_VISIBLE_DEVICES="")
-            # and the engine's GPU count check would see 0; TensorRT-LLM's executor sets the same for its
-            # workers, which pick their device from ray.get_gpu_ids().
-            "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1",
-        }
+    placement_env = {
+        # TensorRT-LLM's Ray executor: use the current placement group, rank i in bundle i + 1.
+        "TRTLLM_RAY_BUNDLE_INDICES": ",".join(str(REPLICA_BUNDLE + 1 + rank) for rank in range(ranks)),
+        # The replica reserves no GPU itself, so Ray would hide every GPU from it (CUDA_VISIBLE_DEVICES="")
+        # and the engine's GPU count check would see 0; TensorRT-LLM's executor sets the same for its
+        # workers, which pick their device from ray.get_gpu_ids().
+        "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1",
     }
     return {
-        "ray_actor_options": actor_options,
+        "ray_actor_options": _with_runtime_env(actor_options, variant, placement_env),
         "placement_group_bundles": [replica_bundle, *gpu_bundles],
         # STRICT_PACK: every bundle on one node, or the replica is not placed at all.
         "placement_group_strategy": "STRICT_PACK",
     }
+
+
+def _with_runtime_env(
+    actor_options: dict[str, Any], variant: VariantConfig, placement_env: dict[str, str]
+) -> dict[str, Any]:
+    """``actor_options`` with the variant's runtime_env (VariantConfig.runtime_env) and the placement's own
+    environment variables, which the config refuses to let the variant's override. The engine's Ray actors (a
+    ``ray_actors`` layout) inherit the replica's runtime_env, as Ray's child actors do."""
+    env = variant.runtime_env.to_ray() if variant.runtime_env is not None else {}
+    env_vars = {**env.get("env_vars", {}), **placement_env}
+    if env_vars:
+        env["env_vars"] = env_vars
+    if env:
+        actor_options["runtime_env"] = env
+    return actor_options
 
 
 def _actor_resources(actor_options: Mapping[str, Any]) -> dict[str, float]:

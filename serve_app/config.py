@@ -27,6 +27,7 @@ from engines.config import EngineConfig
 from engines.errors import EngineConfigError
 from router import LatencyProfile, RouterConfig
 from serve_app.auth import AuthConfig
+from serve_app.ray_compat import fixed_replicas
 
 # URL- and metric-label-safe, and short enough to embed in deployment and replica names.
 VARIANT_NAME_PATTERN = r"^[a-zA-Z0-9][a-zA-Z0-9._-]{0,62}$"
@@ -129,6 +130,85 @@ class ReplicaResources(_Strict):
         if self.resources:
             options["resources"] = dict(self.resources)
         return options
+
+
+# Environment variables Ray or the replica placement set for each engine replica (cluster/placement.py): a
+# variant's runtime_env may not set them, since that would undo the GPU assignment.
+RESERVED_ENGINE_ENV_VARS = frozenset(
+    {"CUDA_VISIBLE_DEVICES", "TRTLLM_RAY_BUNDLE_INDICES", "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"}
+)
+
+
+class EngineRuntimeEnv(_Strict):
+    """The Ray ``runtime_env`` of one variant's engine replicas, apart from the ingress's (which keeps the job's).
+
+    Ray starts each engine replica in a worker process made for this environment: another Python (a virtualenv
+    holding ``tensorrt_llm`` for the in-process backend), a container image, extra packages or environment
+    variables. That Python must import this package and the cluster's exact Ray version (every Ray process of a
+    cluster runs one version; docs/tensorrt-llm.md, "Recipe C"). Becomes the deployment's
+    ``ray_actor_options.runtime_env``; Ray's own ``RuntimeEnv`` checks it at deploy time too.
+    """
+
+    py_executable: str | None = Field(
+        None,
+        description="The Python the engine replicas run on, or a command that starts one (Ray's py_executable), "
+        "e.g. /opt/trtllm-venv/bin/python: a virtualenv on every GPU node with tensorrt_llm, this package and the "
+        "cluster's Ray version.",
+    )
+    image_uri: str | None = Field(
+        None,
+        description="A container image the engine replicas run in (Ray's image_uri; the nodes need podman), "
+        "holding the cluster's Ray version, this package and the engine. Only env_vars may go with it.",
+    )
+    pip: list[str] | None = Field(
+        None, description="Packages pip installs into a virtualenv made for these replicas (Ray's pip)."
+    )
+    uv: list[str] | None = Field(None, description="The same, installed with uv (Ray's uv).")
+    conda: str | None = Field(None, description="A conda environment's name (Ray's conda).")
+    working_dir: str | None = Field(
+        None, description="A local directory or a zip URI that becomes the replicas' working directory."
+    )
+    py_modules: list[str] | None = Field(None, description="Local directories or URIs put on the replicas' path.")
+    env_vars: dict[str, str] = Field(
+        default_factory=dict,
+        description="Environment variables of the engine replicas (and the engine servers they start). "
+        "CUDA_VISIBLE_DEVICES and the placement's own are refused: Ray sets them per replica.",
+    )
+    setup_timeout_s: int | None = Field(
+        None,
+        gt=0,
+        description="How long Ray may take to build this environment on a node (pip, image pull) before the "
+        "replica fails (Ray's config.setup_timeout_seconds; its default is 600 s).",
+    )
+
+    @field_validator("env_vars")
+    @classmethod
+    def _no_reserved_env_vars(cls, env_vars: dict[str, str]) -> dict[str, str]:
+        reserved = sorted(set(env_vars) & RESERVED_ENGINE_ENV_VARS)
+        if reserved:
+            raise ValueError(f"{', '.join(reserved)}: set by Ray and the replica placement for each replica")
+        return env_vars
+
+    @model_validator(mode="after")
+    def _ray_accepts_it(self) -> EngineRuntimeEnv:
+        # Ray's own checks (pip / uv / conda exclusive, image_uri only with env_vars, each field's type), at deploy
+        # time rather than when a node first builds the environment. Imported here: ray is slow to import.
+        from ray.runtime_env import RuntimeEnv
+
+        try:
+            RuntimeEnv(**self.to_ray())
+        except (ValueError, TypeError) as error:
+            raise ValueError(f"Ray refuses this runtime_env: {error}") from None
+        return self
+
+    def to_ray(self) -> dict[str, Any]:
+        """Ray's ``runtime_env`` dict: the fields that are set, Ray's names."""
+        env: dict[str, Any] = self.model_dump(exclude_none=True, exclude={"setup_timeout_s", "env_vars"})
+        if self.env_vars:
+            env["env_vars"] = dict(self.env_vars)
+        if self.setup_timeout_s is not None:
+            env["config"] = {"setup_timeout_seconds": self.setup_timeout_s}
+        return env
 
 
 class AutoscalingSpec(_Strict):
@@ -341,6 +421,11 @@ class VariantConfig(_Strict):
         "prompt work the ingress sent them that is not yet prefilled (serve_app/replica_router.py; keeps short "
         "prompts from queueing behind long ones), 'power_of_two' is Serve's default (ongoing requests).",
     )
+    runtime_env: EngineRuntimeEnv | None = Field(
+        None,
+        description="The engine replicas' own Ray runtime_env (another Python, a container image, packages, "
+        "environment variables), apart from the ingress's; None keeps the job's. See docs/tensorrt-llm.md.",
+    )
     latency_profile: LatencyProfile | None = Field(
         None,
         description="Measured latency figures that seed the router's latency model for this variant "
@@ -406,7 +491,7 @@ class VariantConfig(_Strict):
         if self.autoscaling is not None:
             options["autoscaling_config"] = self.autoscaling.to_serve_autoscaling_config()
         else:
-            options["num_replicas"] = self.num_replicas or 1
+            options.update(fixed_replicas(self.num_replicas or 1))  # Ray 2.55 needs it spelled as autoscaling
         if self.replica_choice == "least_prefill":
             from serve_app.replica_router import IMPORT_PATH
 

