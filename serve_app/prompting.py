@@ -95,9 +95,14 @@ class PromptBuilder:
         """Refuses tools the template does not render (the same text with and without them): the model would not
         know them, and a client would think it had offered them."""
         plain = self.tokenizer.apply_chat_template(conversation, add_generation_prompt=True, tokenize=False)
-        with_tools = self.tokenizer.apply_chat_template(
-            conversation, add_generation_prompt=True, tokenize=False, tools=tools
-        )
+        try:
+            with_tools = self.tokenizer.apply_chat_template(
+                conversation, add_generation_prompt=True, tokenize=False, tools=tools
+            )
+        except (TemplateError, TypeError) as e:  # the template choked on these tools (a field it expects, ...)
+            raise InvalidRequestError(
+                f"This model's chat template cannot render these tools: {e}", param="tools"
+            ) from None
         if plain == with_tools:
             raise InvalidRequestError(
                 "This model's chat template does not render tools, so the model could not call them: remove "
