@@ -49,7 +49,6 @@ How ``slo`` judges, and why:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import NamedTuple
 
 from router.baselines import BASELINES
 from router.config import RouterConfig
@@ -111,18 +110,13 @@ def _decide(
         return _reject_unavailable(", ".join(v.name for v in fitting), config)
 
     # One pass over the candidates: each one's load and prediction, and for the SLO policy which are within
-    # the queue bound (admissible), sure to meet the SLO, likely to (the mean prediction's ratio, kept per
-    # admissible variant for the picks that rank by it). The rest of the decision reads these.
+    # the queue bound (admissible) and of those sure to meet the SLO. The rest of the decision reads these.
     bound = queue_bound(request.priority, request.sheddable, config)
     judge = _Judge(request, config)
     loads: dict[str, Load] = {}
     predictions: dict[str, Prediction] = {}
     admissible: list[VariantView] = []
     sure: list[VariantView] = []
-    likely: list[VariantView] = []
-    expected: dict[str, float] = {}
-    ttft_target = judge.ttft_target
-    tpot_target = judge.tpot_target
     for view in candidates:
         load = _idle_load(view) if idle else replica_load(view, config)
         prediction = judge.predict(view.latency, load)
@@ -133,24 +127,9 @@ def _decide(
             admissible.append(view)
             if prediction.meets_slo:
                 sure.append(view)
-            # The *mean* prediction's largest ratio to a target (above 1: a miss): where a request that no
-            # variant is sure to meet has its best chance. The conservative figures judge "sure to meet"; they
-            # are the wrong measure here, because a busy variant's error margin is wide and would make it look
-            # worse than a slower variant that will in fact miss. A ratio, not an overshoot, so that among
-            # variants whose mean prediction meets the targets the one with the most room wins.
-            ratio = 0.0 if ttft_target is None else prediction.ttft_ms / ttft_target
-            if tpot_target is not None:
-                tpot_ratio = prediction.tpot_ms / tpot_target
-                if tpot_ratio > ratio:
-                    ratio = tpot_ratio
-            expected[name] = ratio
-            if ratio <= 1.0:
-                likely.append(view)
 
     if config.policy == "slo":
-        return _route_slo(
-            request, candidates, loads, predictions, _Assessed(admissible, sure, likely, expected), config, state
-        )
+        return _route_slo(request, candidates, loads, predictions, admissible, sure, config, state)
     choose, reason = BASELINES[config.policy]
     chosen = choose(request, candidates, loads, config, state)
     if loads[chosen.name].waiting_for_slot > bound:
@@ -222,13 +201,32 @@ class _Judge:
         )
 
 
-class _Assessed(NamedTuple):
-    """The SLO policy's view of the candidates, from route's one pass."""
-
-    admissible: list[VariantView]  # within the request's queue bound
-    sure: list[VariantView]  # of those, the ones whose conservative prediction meets the SLO
-    likely: list[VariantView]  # the ones whose mean prediction does
-    expected: dict[str, float]  # each admissible one's mean prediction's largest ratio to a target
+def _mean_ratios(
+    request: RequestFeatures, admissible: Sequence[VariantView], predictions: Mapping[str, Prediction]
+) -> tuple[list[VariantView], dict[str, float]]:
+    """The variants whose *mean* prediction meets the SLO (``likely``), and each admissible one's mean
+    prediction's largest ratio to a target (above 1: a miss): where a request that no variant is sure to meet
+    has its best chance. The conservative figures judge "sure to meet"; they are the wrong measure here,
+    because a busy variant's error margin is wide and would make it look worse than a slower variant that
+    will in fact miss. A ratio, not an overshoot, so that among variants whose mean prediction meets the
+    targets the one with the most room wins. Worked out only where a decision reads them: when no variant is
+    sure, for the reservation's other options, for the yield and the degrade."""
+    ttft_target = request.slo.ttft_ms
+    # A single-token answer has no time per output token to miss.
+    tpot_target = request.slo.tpot_ms if request.max_tokens > 1 else None
+    likely = []
+    expected = {}
+    for view in admissible:
+        prediction = predictions[view.name]
+        ratio = 0.0 if ttft_target is None else prediction.ttft_ms / ttft_target
+        if tpot_target is not None:
+            tpot_ratio = prediction.tpot_ms / tpot_target
+            if tpot_ratio > ratio:
+                ratio = tpot_ratio
+        expected[view.name] = ratio
+        if ratio <= 1.0:
+            likely.append(view)
+    return likely, expected
 
 
 def _route_slo(
@@ -236,16 +234,18 @@ def _route_slo(
     candidates: Sequence[VariantView],
     loads: Mapping[str, Load],
     predictions: dict[str, Prediction],
-    assessed: _Assessed,
+    admissible: list[VariantView],
+    sure: list[VariantView],
     config: RouterConfig,
     state: RouterState,
 ) -> Decision:
-    admissible, sure, likely, expected = assessed
     if not admissible:
         return _reject_overloaded(predictions, config)
 
     # ``likely``: those whose *mean* prediction meets the SLO: the best chance of a request no variant is sure
-    # to meet (see route's pass), and where a request may go when the sure ones are reserved for others.
+    # to meet, and where a request may go when the sure ones are reserved for others (see _mean_ratios).
+    likely, expected = ([], {}) if sure else _mean_ratios(request, admissible, predictions)
+    ratios_known = not sure
     meeting = sure or likely
     if len(candidates) == 1 or len(sure) == 1:
         # Only this variant can take the request (by context, or by SLO now): it reserves room there.
@@ -261,27 +261,33 @@ def _route_slo(
             return _best_meeting(pool, predictions, config) if sure else _most_likely(pool, expected)
 
         best, reason = pick(meeting)
-        meeting_names = {v.name for v in meeting}
-        options = meeting + [v for v in likely if v.name not in meeting_names]
         # A request never leaves its best variant for the sake of its own kind (the next one of them would
         # face the same choice); where it might go, its own kind's demand counts like any other. The other
-        # options' room is asked only when the best one's is short: reserve_room is pure, so not asking it
-        # where its answer would not be read changes nothing.
-        if (
-            len(options) > 1
-            and config.reserve_slack > 0
-            and (best_room := _reserve_room(best, loads[best.name], request, state, config, count_own_kind=False))
-            < config.reserve_slack
-        ):
-            room = {best.name: best_room}
-            for v in options:
-                if v.name != best.name:
-                    room[v.name] = _reserve_room(v, loads[v.name], request, state, config, count_own_kind=True)
-            free = [v for v in options if room[v.name] >= config.reserve_slack]
-            pool = [v for v in free if v.name in meeting_names] or free or [max(meeting, key=lambda v: room[v.name])]
-            kept, _ = pick(pool)
-            if kept.name != best.name:
-                best, reason = kept, Reason.SLO_MET_AROUND_RESERVATION
+        # options (and which are likely, where some are sure) are asked only when the best one's room is
+        # short: reserve_room and the ratios are pure, so not working them out where they would not be read
+        # changes nothing.
+        if config.reserve_slack > 0:
+            best_room = _reserve_room(best, loads[best.name], request, state, config, count_own_kind=False)
+            if best_room < config.reserve_slack:
+                if not ratios_known:
+                    likely, expected = _mean_ratios(request, admissible, predictions)
+                    ratios_known = True
+                meeting_names = {v.name for v in meeting}
+                options = meeting + [v for v in likely if v.name not in meeting_names]
+                if len(options) > 1:
+                    room = {best.name: best_room}
+                    for v in options:
+                        if v.name != best.name:
+                            room[v.name] = _reserve_room(v, loads[v.name], request, state, config, count_own_kind=True)
+                    free = [v for v in options if room[v.name] >= config.reserve_slack]
+                    pool = (
+                        [v for v in free if v.name in meeting_names]
+                        or free
+                        or [max(meeting, key=lambda v: room[v.name])]
+                    )
+                    kept, _ = pick(pool)
+                    if kept.name != best.name:
+                        best, reason = kept, Reason.SLO_MET_AROUND_RESERVATION
         # With on_violation: reject a request is met or refused, never served late: it does not yield.
         if (
             config.reserve_slack <= 0
@@ -320,6 +326,8 @@ def _route_slo(
             detail="Every variant that could take this request has so much work queued that it would miss "
             "its time-to-first-token target several times over; retry after the Retry-After interval.",
         )
+    if not ratios_known:
+        likely, expected = _mean_ratios(request, admissible, predictions)
     best = min(admissible, key=lambda v: (expected[v.name], -v.quality))
     return Decision(best.name, missed, predictions)
 
