@@ -21,3 +21,4 @@ def test_the_measurement_reports_ordered_percentiles():
     result = measure(4, 300, "slo", seed=1)
     assert result.variants == 4 and result.decisions == 300
     assert 0 < result.p50_us <= result.p99_us <= result.max_us
+    assert 0 < result.idle_p50_us <= result.idle_p99_us
