@@ -17,7 +17,9 @@ from ray import serve
 from ray.serve import Deployment
 
 from engines.errors import EngineConfigError
-from serve_app.config import load_app_config
+from serve_app.config import load_app_config, load_config_file
+
+ROOT = Path(__file__).resolve().parents[2]
 
 ENGINE = {"backend": "emulated", "preset": "cpu-builtin-tiny", "startup_time_scale": 0.0}
 
@@ -70,6 +72,14 @@ def test_a_container_image_with_env_vars_is_accepted():
     config = load_app_config(app_args({"image_uri": "nvcr.io/nvidia/tensorrt-llm/release:1.2.0", "env_vars": {}}))
     runtime_env = config.variants[0].deployment_options()["ray_actor_options"]["runtime_env"]
     assert runtime_env == {"image_uri": "nvcr.io/nvidia/tensorrt-llm/release:1.2.0"}
+
+
+def test_the_shipped_example_gives_each_engine_deployment_its_own_environment():
+    config = load_config_file(ROOT / "configs" / "gpu-trtllm-runtime-env.yaml")
+    envs = {v.name: v.deployment_options()["ray_actor_options"]["runtime_env"] for v in config.variants}
+    assert envs["llama-8b-int4"]["py_executable"] == "/opt/trtllm-venv/bin/python"
+    assert envs["llama-70b-fp8"]["image_uri"].endswith("-ray2.55.1")
+    assert "runtime_env" not in config.ingress.deployment_options()["ray_actor_options"]
 
 
 @pytest.mark.parametrize(
