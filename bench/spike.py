@@ -23,7 +23,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
+import multiprocessing
 import shlex
 import sys
 import time
@@ -43,8 +45,9 @@ from bench.records import RequestRecord, read_jsonl, write_jsonl
 from bench.replicas import ReplicaSample, ReplicaStart, read_samples, replica_starts, write_samples
 from bench.report import machine_info
 from bench.spike_fleet import DURATIONS_S, MODEL, MODES, SHAPES, Mode, SpikeFleet, app_args, fleet_for
-from bench.spike_report import ModeReport, mode_report, sim_gap, table
+from bench.spike_report import ModeReport, in_windows, mode_report, sim_gap, table
 from bench.workload import build_requests
+from sim.replica_starts import MeasuredStart, StartFit, fit_process_starts
 
 APP = "spike"
 POLL_S = 0.5
@@ -55,6 +58,54 @@ def mean_startup_s(starts: Sequence[ReplicaStart], variant: str, since: float) -
     start one until the replica passed its first health check), over the starts after ``since`` (epoch s)."""
     times = [s.total_s for s in starts if s.app == APP and s.deployment == f"variant-{variant}" and s.wall_time > since]
     return sum(times) / len(times) if times else None
+
+
+def mean_of(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def write_jsonl_dicts(rows: Sequence[Mapping[str, Any]], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(dict(r)) + "\n" for r in rows))
+
+
+def read_jsonl_dicts(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def trace_starts(starts: Sequence[ReplicaStart], began: float, duration_s: float) -> list[dict[str, Any]]:
+    """The variant replica starts of one mode's trace (those that ended while it ran, or up to 30 s after: a
+    start decided late in the trace), with the decision's time on the trace's clock (s from its start) and the
+    time beyond the replica's constructor: what :func:`start_fit` fits the simulator's start queue to."""
+    out = []
+    for s in starts:
+        if s.app != APP or not s.deployment.startswith("variant-") or s.init_s is None:
+            continue
+        if began < s.wall_time < began + duration_s + 30.0:
+            decided = s.wall_time - s.total_s - began
+            out.append(
+                {
+                    "variant": s.deployment.removeprefix("variant-"),
+                    "decided_s": round(decided, 3),
+                    "total_s": s.total_s,
+                    "overhead_s": round(s.total_s - s.init_s, 3),
+                }
+            )
+    return out
+
+
+def start_fit(starts_by_mode: Mapping[str, Sequence[Mapping[str, Any]]], windows: Any, concurrency: int) -> Any:
+    """The node's worker-process start queue (``sim.replica_starts``) fitted to the starts decided inside the
+    shape's peak windows, where the spike loads the machine (a start during the quiet base is 1.5-2.5 s beyond
+    its constructor here, under the step 3-14 s): the load the simulated scale-ups meet. Each mode's trace is
+    its own clock, so the modes are fitted as one queue laid end to end. None without such starts."""
+    measured: list[MeasuredStart] = []
+    offset = 0.0
+    for mode_starts in starts_by_mode.values():
+        chosen = [s for s in mode_starts if in_windows(float(s["decided_s"]), windows)]
+        measured += [MeasuredStart(offset + float(s["decided_s"]), float(s["overhead_s"])) for s in chosen]
+        offset += 10_000.0  # far apart: one mode's starts never queue behind another's
+    return fit_process_starts(measured, concurrency)
 
 
 async def _poll_status(stop: asyncio.Event, clock: MonotonicClock, start: float, fleet: SpikeFleet) -> Any:
@@ -158,14 +209,23 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def _simulate(
-    fleet: SpikeFleet, shape_name: str, duration: float, modes: Sequence[Mode], seed: int, extra_s: float
+    fleet: SpikeFleet,
+    shape_name: str,
+    duration: float,
+    modes: Sequence[Mode],
+    seed: int,
+    extra_s: float,
+    fit: StartFit | None = None,
 ) -> list[ModeReport]:
     from sim.spike import simulate_spike
 
     shape = SHAPES[shape_name]
     out = []
     for mode in modes:
-        records, samples = simulate_spike(fleet, shape, duration, mode, seed=seed, extra_startup_s=extra_s)
+        queue = None if fit is None else fit.queue()  # a fresh queue per mode: each had a cluster of its own
+        records, samples = simulate_spike(
+            fleet, shape, duration, mode, seed=seed, extra_startup_s=extra_s, process_starts=queue
+        )
         out.append(mode_report(mode, "sim", records, samples, fleet, shape.peak_windows(), duration))
     return out
 
@@ -179,13 +239,15 @@ def render(
     sims: Mapping[str, Sequence[ModeReport]],
     startup: dict[str, float | None],
     extra_s: float | None = None,
+    fit: StartFit | None = None,
 ) -> str:
     shape = SHAPES[shape_name]
     windows = ", ".join(f"{a:.0f}-{b:.0f} s" for a, b in shape.peak_windows())
     lines = [
         f"# Autoscaling through a traffic spike: {shape_name}",
         "",
-        f"* Command: `{command}`",
+        # A rescore's line is already markdown (its runs' commands and its own, each a code span).
+        f"* Command: {command}" if command.startswith("`") else f"* Command: `{command}`",
         f"* Date: {datetime.now(UTC).isoformat(timespec='seconds')}",
         "* Machine: " + ", ".join(f"{k} {v}" for k, v in machine_info().items()),
         f'* Shape: `{shape.model_dump_json()}`; {duration:g} s; peak windows ("during"): {windows}',
@@ -214,7 +276,11 @@ def render(
         "Runs: `serve`: the real stack; `sim`: `python -m sim`'s engine and Serve models on the same fleet, trace, "
         "router and policy, first with the presets' cold starts only"
         + (
-            ""
+            f", then with this machine's replica starts: Ray starts {fit.concurrency} worker processes at a time, "
+            f"{fit.process_s:g} s each, then {fit.after_s:g} s more before the engine's cold start (fitted to the "
+            f"starts this run measured during the spike, rms error {fit.rms_error_s:g} s; sim/replica_starts.py)"
+            if fit is not None
+            else ""
             if extra_s is None
             else f", then with {extra_s:.1f} s more per replica start (what this machine measured)"
         ),
@@ -251,8 +317,8 @@ def run(args: argparse.Namespace) -> int:
         real: list[ModeReport] = []
         ready_by_mode: dict[str, list[ReplicaSample]] = {}
         records_by_mode: dict[str, list[RequestRecord]] = {}
-        starts: list[ReplicaStart] = []
-        traces: list[float] = []  # when each autoscaled mode's trace began (epoch s): its replica starts follow
+        starts_by_mode: dict[str, list[dict[str, Any]]] = {}
+        traces: dict[str, float] = {}  # when each autoscaled mode's trace began (epoch s): its replica starts follow
         if not args.sim_only and not args.rescore:
             import ray
 
@@ -262,38 +328,60 @@ def run(args: argparse.Namespace) -> int:
                     records, ready, began = _run_mode(mode, shape_name, url, out, args, fleet)
                     real.append(mode_report(mode, "serve", records, ready, fleet, shape.peak_windows(), duration))
                     ready_by_mode[mode], records_by_mode[mode] = ready, records
+                    # Which command recorded this mode (a rescore may join modes recorded one run at a time).
+                    (out / mode / "command.txt").write_text(f"{command}\n")
                     if mode != "fixed":
-                        traces.append(began)
+                        traces[mode] = began
                 node = ray._private.worker._global_node  # this process started the cluster: its logs are local
                 logs = Path(node.get_logs_dir_path()) / "serve"  # type: ignore[attr-defined]
                 starts = replica_starts(logs)
-        # Starts that ended during a trace (serve.run returns once the deploy's replicas run): scale-ups under load.
-        in_traces = [s for s in starts if any(b < s.wall_time < b + duration + 30.0 for b in traces)]
-        startup = {v.name: mean_startup_s(in_traces, v.name, 0.0) for v in fleet.variants}
+            # Starts that ended during a trace (serve.run returns once the deploy's replicas run): scale-ups under
+            # load, kept beside the mode's records so that --rescore can fit the simulator's start queue again.
+            for traced, began in traces.items():
+                starts_by_mode[traced] = trace_starts(starts, began, duration)
+                write_jsonl_dicts(starts_by_mode[traced], out / traced / "starts.jsonl")
         if args.rescore:
             earlier = json.loads((out / "spike.json").read_text())
-            startup = earlier["measured_startup_s"]
-            command = f"{earlier.get('command', '?')}`, rescored with `{command}"
+            recorded = {m: (out / m / "command.txt") for m in modes}
+            if all(path.exists() for path in recorded.values()):
+                runs = "; ".join(f"`{path.read_text().strip()}` ({m})" for m, path in recorded.items())
+                command = f"{runs}; rescored with `{command}`"
+            else:
+                command = f"`{earlier.get('command', '?')}`, rescored with `{command}`"
             for mode in modes:
                 records, ready = read_jsonl(out / mode / "records.jsonl"), read_samples(out / mode / "replicas.jsonl")
                 real.append(mode_report(mode, "serve", records, ready, fleet, shape.peak_windows(), duration))
                 ready_by_mode[mode], records_by_mode[mode] = ready, records
+                if mode != "fixed" and (out / mode / "starts.jsonl").exists():
+                    starts_by_mode[mode] = read_jsonl_dicts(out / mode / "starts.jsonl")
+        all_starts = [s for mode_starts in starts_by_mode.values() for s in mode_starts]
+        startup = {
+            v.name: mean_of([s["total_s"] for s in all_starts if s["variant"] == v.name]) for v in fleet.variants
+        }
+        if args.rescore and not all_starts:
+            startup = earlier["measured_startup_s"]  # a run from before starts.jsonl: its mean start-ups only
         sims = {"sim (preset start-up)": _simulate(fleet, shape_name, duration, modes, args.seed, 0.0)}
+        # Ray's own rule for how many worker processes a node starts at once (ray/_private/services.py, 2.60).
+        concurrency = max(1, min(multiprocessing.cpu_count(), args.num_cpus))
+        fit = start_fit(starts_by_mode, shape.peak_windows(), concurrency)
         measured = [
             s - v.profile(fleet.startup_time_scale).startup_s
             for v in fleet.variants
             if (s := startup[v.name]) is not None
         ]
         extra = None
-        if measured:
+        if fit is None and measured:
             # What Serve adds to the engine's own cold start on this machine (a worker process, imports, placement).
             extra = max(0.0, sum(measured) / len(measured))
-        elif args.sim_extra_startup_s is not None:
+        elif fit is None and args.sim_extra_startup_s is not None:
             extra = args.sim_extra_startup_s
-        if extra is not None:
-            sims["sim (measured start-up)"] = _simulate(fleet, shape_name, duration, modes, args.seed, extra)
-            payload.setdefault("extra_startup_s", {})[shape_name] = extra
-        (out / "report.md").write_text(render(shape_name, fleet, duration, command, real, sims, startup, extra))
+        if fit is not None or extra is not None:
+            sims["sim (measured start-up)"] = _simulate(
+                fleet, shape_name, duration, modes, args.seed, extra or 0.0, fit
+            )
+            if extra is not None:
+                payload.setdefault("extra_startup_s", {})[shape_name] = extra
+        (out / "report.md").write_text(render(shape_name, fleet, duration, command, real, sims, startup, extra, fit))
         if records_by_mode:
             plots.spike_plot(
                 records_by_mode, ready_by_mode, [v.name for v in fleet.variants], out / "load_and_replicas.png"
@@ -304,6 +392,7 @@ def run(args: argparse.Namespace) -> int:
             "shape": shape.model_dump(),
             "duration_s": duration,
             "measured_startup_s": startup,
+            "start_queue": None if fit is None else dataclasses.asdict(fit),
             "serve": {r.mode: r.model_dump() for r in real},
             "sim": {k: {r.mode: r.model_dump() for r in rs} for k, rs in sims.items()},
         }

@@ -6,7 +6,7 @@ import pytest
 
 from bench.records import RequestRecord
 from bench.replicas import ReplicaSample, ReplicaStart, parse_replica_starts
-from bench.spike import mean_startup_s
+from bench.spike import mean_startup_s, start_fit, trace_starts
 from bench.spike_fleet import FLEET, MODES, SHAPES, app_args
 from bench.spike_report import mode_report, replica_seconds, sim_gap, stream_cut
 from serve_app.config import load_app_config
@@ -133,3 +133,36 @@ def test_the_mean_start_up_counts_the_variants_starts_after_a_time():
 
     assert mean_startup_s(starts, SMALL, since=150.0) == pytest.approx(41.0)
     assert mean_startup_s(starts, BIG, since=0.0) is None
+
+
+def test_a_modes_starts_are_on_its_traces_clock_and_only_its_variants_count():
+    began = 1000.0
+    starts = [
+        ReplicaStart(began + 20.0, "spike", f"variant-{SMALL}", 8.0, 6.0),  # decided at 12 s, 2 s beyond init
+        ReplicaStart(began + 30.0, "spike", f"variant-{BIG}", 25.0, 18.0),
+        ReplicaStart(began + 30.0, "spike", "Ingress", 5.0, 3.0),  # not a variant
+        ReplicaStart(began + 31.0, "spike", f"variant-{SMALL}", 9.0, None),  # no constructor time: no overhead
+        ReplicaStart(began - 5.0, "spike", f"variant-{SMALL}", 8.0, 6.0),  # the deploy, before the trace
+        ReplicaStart(began + 500.0, "spike", f"variant-{SMALL}", 8.0, 6.0),  # the next mode's
+    ]
+
+    rows = trace_starts(starts, began, duration_s=150.0)
+
+    assert rows == [
+        {"variant": SMALL, "decided_s": 12.0, "total_s": 8.0, "overhead_s": 2.0},
+        {"variant": BIG, "decided_s": 5.0, "total_s": 25.0, "overhead_s": 7.0},
+    ]
+
+
+def test_the_start_queue_is_fitted_to_the_starts_inside_the_peak_windows():
+    from sim.replica_starts import ProcessStarts
+
+    truth = ProcessStarts(2, 3.0, 1.0)
+    rows = [{"variant": SMALL, "decided_s": 20.0, "overhead_s": truth.process_ready_s(20.0) - 20.0} for _ in range(5)]
+    quiet = [{"variant": SMALL, "decided_s": 100.0, "overhead_s": 0.5}]  # outside the window: left out
+
+    fit = start_fit({"engine_load": rows + quiet, "ongoing_requests": rows}, [(15.0, 75.0)], concurrency=2)
+
+    assert fit is not None
+    assert (fit.process_s, fit.after_s) == pytest.approx((3.0, 1.0))
+    assert start_fit({"engine_load": quiet}, [(15.0, 75.0)], concurrency=2) is None

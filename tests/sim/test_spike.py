@@ -31,3 +31,21 @@ def test_a_step_scales_the_cheap_variant_out_and_the_report_reads_the_simulated_
     assert report.streams_cut == 0
     assert report.replica_ratio < 1.0
     assert report.requests == len(records) > 0
+
+
+def _first_time_at(samples, variant: str, replicas: int) -> float:
+    return min(s.t_s for s in samples if s.variant == variant and s.replicas >= replicas)
+
+
+def test_a_start_queue_brings_a_scale_ups_replicas_one_after_another():
+    from sim.replica_starts import ProcessStarts
+
+    small = FLEET.variants[0]
+    _, free = simulate_spike(FLEET, STEP, 60.0, "engine_load")
+    _, queued = simulate_spike(FLEET, STEP, 60.0, "engine_load", process_starts=ProcessStarts(1, 2.0))
+
+    # One process at a time, 2 s each: the last replicas of the step's scale-up come seconds after the first.
+    first = _first_time_at(queued, small.name, small.min_replicas + 1)
+    full = _first_time_at(queued, small.name, small.max_replicas)
+    assert full - first >= 2.0 * (small.max_replicas - small.min_replicas - 2)
+    assert full > _first_time_at(free, small.name, small.max_replicas)
