@@ -30,7 +30,8 @@ EMULATED_SAMPLING_FIELDS = frozenset({"seed", "top_k", "ignore_eos", "stop_token
 # vocabulary's size, built as trtllm-serve builds it). Guided decoding only with a guided_decoding_backend.
 TRTLLM_SAMPLING_FIELDS = SAMPLING_FIELDS - GUIDED_FIELDS
 # An OpenAI server takes OpenAI's own fields; the vLLM / trtllm-serve extensions only with sampling_extensions,
-# response_format only with structured_output.
+# response_format only with structured_output. Not best_of: this backend streams, and a best_of answer is only known
+# once every sequence has finished (trtllm-serve re-ranks its outputs while they stream).
 OPENAI_SAMPLING_FIELDS = frozenset({"seed", "presence_penalty", "frequency_penalty", "logit_bias"})
 # TensorRT-LLM's grammar backends (llm_args.py: guided_decoding_backend: Optional[Literal["xgrammar",
 # "llguidance"]], "llguidance is supported in PyTorch backend only").
@@ -446,7 +447,9 @@ class OpenAIServerEngineConfig(_Strict):
         if "max_seq_len" in used and self.max_seq_len is None:
             # It would render as "" and trtllm-serve's --max_seq_len (click type=int) exits at start.
             problems.append(("max_seq_len", "is not set, but the command passes {max_seq_len}: set it"))
-        if "llm_api_options" in self.model_fields_set and "llm_api_options" not in used:
+        # Compared with the default, not model_fields_set: the replica re-validates a dump of this config, in which
+        # every field counts as set.
+        if self.llm_api_options != DEFAULT_LLM_API_OPTIONS and "llm_api_options" not in used:
             problems.append(
                 ("llm_api_options", "is set, but the command does not pass {llm_api_options} (--extra_llm_api_options)")
             )

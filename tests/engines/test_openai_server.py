@@ -381,3 +381,13 @@ async def wait_until_idle(process: psutil.Process, *, deadline_s: float, busy_co
         if (cpu_seconds() - before) / 0.5 < busy_cores:
             return
         assert time.monotonic() < end, f"the server is still busy {deadline_s:g} s after the cancel"
+
+
+def test_a_custom_command_survives_the_replicas_revalidation():
+    """build_app dumps each variant and the replica validates the dump again, where every field counts as set: a
+    command without {llm_api_options} (transformers serve, vLLM) must still validate there."""
+    config = sidecar_config(Path("/models/m"))
+    again = OpenAIServerEngineConfig.model_validate(config.model_dump(mode="json"))
+    assert again == config
+    with pytest.raises(ValueError, match="llm_api_options: is set, but the command does not pass"):
+        sidecar_config(Path("/models/m"), llm_api_options={"stream_interval": 4})
