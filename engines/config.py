@@ -31,7 +31,7 @@ EMULATED_SAMPLING_FIELDS = frozenset({"seed", "top_k", "ignore_eos", "stop_token
 TRTLLM_SAMPLING_FIELDS = SAMPLING_FIELDS - GUIDED_FIELDS
 # An OpenAI server takes OpenAI's own fields; the vLLM / trtllm-serve extensions only with sampling_extensions,
 # response_format only with structured_output. Not best_of: this backend streams, and a best_of answer is only known
-# once every sequence has finished (trtllm-serve re-ranks its outputs while they stream).
+# once every sequence has finished (TensorRT-LLM re-ranks a request's outputs at every read, result.py outputs).
 OPENAI_SAMPLING_FIELDS = frozenset({"seed", "presence_penalty", "frequency_penalty", "logit_bias"})
 # TensorRT-LLM's grammar backends (llm_args.py: guided_decoding_backend: Optional[Literal["xgrammar",
 # "llguidance"]], "llguidance is supported in PyTorch backend only").

@@ -63,6 +63,9 @@ class SamplingParams:
     # None: none. OpenAI's completions ``logprobs`` and chat ``logprobs`` / ``top_logprobs``.
     logprobs: int | None = None
     guided: GuidedDecoding | None = None  # structured output (response_format, a required tool call); None: free text
+    # OpenAI's best_of: sample this many sequences, answer with the one of the highest cumulative log probability
+    # (so the answer comes whole, when all have finished). 1: one sequence.
+    best_of: int = 1
 
     @property
     def greedy(self) -> bool:
@@ -84,6 +87,7 @@ class SamplingParams:
             "logprobs": self.logprobs is not None,
             "response_format": self.guided is not None and self.guided.param == "response_format",
             "tool_choice": self.guided is not None and self.guided.param == "tool_choice",
+            "best_of": self.best_of > 1 and not self.greedy,  # greedy sequences are all the same one
         }
         return frozenset(name for name, on in asked.items() if on)
 
@@ -107,6 +111,7 @@ SAMPLING_FIELDS: frozenset[str] = frozenset(
         # (its arguments' JSON schema). One capability, two names, so that a refusal names what the client sent.
         "response_format",
         "tool_choice",
+        "best_of",
     }
 )
 

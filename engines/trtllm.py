@@ -32,6 +32,10 @@ mapping relies on, since a wrong guess here fails silently:
   the LLM builds when it is given ``guided_decoding_backend`` (llm_args.py, default None; newer builds also reset it
   to None for architectures without support, ``_apply_model_feature_fallbacks``). So the backend is asked for at
   load and read back from ``llm.args`` after it: a guide the engine would not enforce is refused, not ignored.
+* ``best_of`` > 1 is ``SamplingParams(n=1, best_of=k)``: ``outputs`` is then the sequence with the highest
+  ``cumulative_logprob``, re-sorted at every read (result.py ``outputs``: "Pick the top-n outputs, sorted by
+  cumulative log probs"), so ``outputs[0]`` may change sequence while they run: the answer is read once, whole,
+  when the request has finished. Log probabilities are asked for (cumulative ones come with them).
 * ``logit_bias`` is ``SamplingParams.embedding_bias``: a float32 tensor of the vocabulary's size with each bias
   at its token id, as trtllm-serve builds it (openai_protocol.py ``_logit_bias_to_embedding_bias``).
 * Tensor parallelism > 1 starts MPI workers that inherit this process's ``CUDA_VISIBLE_DEVICES``: the
@@ -227,6 +231,9 @@ def sampling_kwargs(s: SamplingParams, max_tokens: int) -> dict[str, Any]:
         # 0 (the token's own alone) reads as off there (_get_output_config: return_log_probs=bool(logprobs)): ask
         # for 1 and keep the token's own (token_logprobs).
         kwargs["logprobs"] = max(1, s.logprobs)
+    if "best_of" in s.requested_fields():
+        # One answer of best_of sequences, ranked by cumulative log probability, which needs log probabilities.
+        kwargs.update(n=1, best_of=s.best_of, logprobs=max(1, s.logprobs or 0))
     # Penalties and min_tokens only when they ask for something: None leaves the C++ runtime's neutral default.
     asked = s.requested_fields()
     for name in ("presence_penalty", "frequency_penalty", "repetition_penalty", "min_tokens"):
@@ -459,6 +466,7 @@ class TRTLLMEngine(Engine):
         sent_ids = 0
         sent_logprobs = 0
         want_logprobs = request.sampling.logprobs
+        best_of = "best_of" in request.sampling.requested_fields()
         first_token_time: float | None = None
         last_token_at: float | None = None  # monotonic, for the engine's decode pace
         steps = aiter(output)
@@ -467,6 +475,8 @@ class TRTLLMEngine(Engine):
                 out = await self._unless_shut_down(anext(steps))  # the same RequestOutput, mutated, each step
             except StopAsyncIteration:
                 break
+            if best_of and not out.finished:
+                continue  # outputs[0] is whichever sequence leads now: the answer is read once, whole
             completion = out.outputs[0]
             text, ids = completion.text, list(completion.token_ids)
             new_ids = ids[sent_ids:]

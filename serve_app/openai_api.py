@@ -192,7 +192,7 @@ class _SamplingFields(BaseModel):
 # The sampling fields some backends implement (penalties, logit_bias, min_tokens, seed, ...) are not here: the router
 # sends a request using them only to a variant whose backend implements them (engines.protocol.SAMPLING_FIELDS).
 UNSUPPORTED_COMPLETION: dict[str, tuple[Any, ...]] = {
-    "best_of": (None, 1),
+    # Fill-in-the-middle: no backend here has a model and prompt format for it (trtllm-serve refuses it too).
     "suffix": (None, ""),
 }
 UNSUPPORTED_CHAT: dict[str, tuple[Any, ...]] = {
@@ -257,6 +257,29 @@ class CompletionRequest(_SamplingFields):
         description="Each generated token's log probability and this many likeliest alternatives' (backends "
         "that implement it only: docs/openai-api.md).",
     )
+
+    best_of: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_CHOICES,
+        strict=True,
+        description="Sample this many sequences per choice and return the one with the highest cumulative log "
+        "probability (backends that implement it only: docs/openai-api.md). Not with stream, as OpenAI.",
+    )
+
+    @model_validator(mode="after")
+    def _best_of_is_whole(self) -> CompletionRequest:
+        if self.best_of is not None and self.best_of > 1:
+            if self.stream:  # OpenAI's rule: the best is known only once every sequence has finished
+                raise InvalidRequestError("'best_of' > 1 cannot be streamed: send stream false.", param="best_of")
+            if self.best_of < self.n:
+                raise InvalidRequestError(f"'best_of' must be at least 'n' ({self.n}).", param="best_of")
+        return self
+
+    def sampling(self, max_tokens: int) -> SamplingParams:
+        params = super().sampling(max_tokens)
+        params.best_of = self.best_of or 1
+        return params
 
     def requested_logprobs(self) -> int | None:
         if self.logprobs is not None and self.echo:

@@ -247,6 +247,30 @@ async def test_all_zero_logit_bias_asks_for_nothing_contract(fake_trtllm, hf_che
     await engine.shutdown()
 
 
+async def test_best_of_answers_with_the_likeliest_sequence_read_whole_contract(fake_trtllm, hf_checkpoint):
+    # The fake's sequence 0 leads for the first tokens, then the last one overtakes it: a stream that followed
+    # outputs[0] step by step would splice two sequences' texts.
+    engine = await started(config(hf_checkpoint))
+    deltas = await collect(engine, request(max_tokens=100, temperature=0.8, best_of=3))
+    (llm,) = fake_trtllm.LLM.instances
+    params = llm.requests[0][1]
+    assert (params.n, params.best_of) == (1, 3)
+    assert params.logprobs == 1  # cumulative log probabilities come with them
+    assert len(deltas) == 1 and deltas[0].finish_reason == FINISH_STOP
+    assert deltas[0].text == SCRIPT.swapcase()
+    assert deltas[0].logprobs is None  # asked for ranking, not by the client
+    await engine.shutdown()
+
+
+async def test_best_of_when_greedy_asks_for_nothing_contract(fake_trtllm, hf_checkpoint):
+    engine = await started(config(hf_checkpoint))
+    deltas = await collect(engine, request(max_tokens=100, temperature=0.0, best_of=3))
+    (llm,) = fake_trtllm.LLM.instances
+    assert llm.requests[0][1].best_of == 1  # the same sequence three times: one
+    assert "".join(d.text for d in deltas) == SCRIPT
+    await engine.shutdown()
+
+
 WEATHER = {
     "type": "object",
     "properties": {"city": {"type": "string"}, "unit": {"enum": ["c", "f"]}},

@@ -188,3 +188,17 @@ def test_a_vanishing_temperature_is_greedy_not_an_overflow(temperature):
     sampling = parse_request(CompletionRequest, {**COMPLETION, "temperature": temperature}).sampling(4)
     assert (sampling.temperature, sampling.greedy) == (0.0, True)
     assert parse_request(CompletionRequest, {**COMPLETION, "temperature": 0.01}).sampling(4).temperature == 0.01
+
+
+def test_best_of_is_a_sampling_field_of_its_own_when_sampling():
+    sampling = parse_request(CompletionRequest, {**COMPLETION, "best_of": 3, "temperature": 0.7}).sampling(8)
+    assert (sampling.best_of, sampling.requested_fields()) == (3, {"best_of"})
+    greedy = parse_request(CompletionRequest, {**COMPLETION, "best_of": 3, "temperature": 0}).sampling(8)
+    assert greedy.requested_fields() == frozenset()  # every sequence would be the same one
+
+
+@pytest.mark.parametrize("fields", [{"best_of": 2, "stream": True}, {"best_of": 2, "n": 3}, {"best_of": 9}])
+def test_best_of_that_cannot_be_served_is_refused_naming_it(fields):
+    with pytest.raises(InvalidRequestError) as err:
+        parse_request(CompletionRequest, {**COMPLETION, **fields})
+    assert err.value.param == "best_of"

@@ -162,3 +162,13 @@ def test_a_template_that_ignores_tools_refuses_them_by_name(llm_url):
         model="local-llama", messages=MESSAGES, max_tokens=4, tools=TOOLS, tool_choice="none"
     )
     assert answered.choices[0].message.content is not None
+
+
+def test_best_of_is_refused_by_name_where_the_engine_cannot_rank(client):
+    # hf returns no log probabilities to rank by (docs/openai-api.md): only trtllm implements best_of.
+    with pytest.raises(openai.BadRequestError) as err:
+        client.completions.create(model=MODEL, prompt="Once", max_tokens=4, temperature=0.8, best_of=2)
+    assert err.value.body["param"] == "best_of"  # type: ignore[index]
+    with pytest.raises(openai.BadRequestError) as err:
+        client.completions.create(model=MODEL, prompt="Once", max_tokens=4, best_of=2, stream=True)
+    assert err.value.body["param"] == "best_of"  # type: ignore[index]

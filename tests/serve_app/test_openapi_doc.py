@@ -33,8 +33,9 @@ def test_every_field_of_openais_request_is_in_the_schema(model, params):
 
 def test_refused_fields_list_the_values_they_accept(document):
     properties = document["components"]["schemas"]["CompletionRequest"]["properties"]
-    assert properties["best_of"]["enum"] == [None, 1]
     assert properties["suffix"]["enum"] == [None, ""]
+    chat = document["components"]["schemas"]["ChatCompletionRequest"]["properties"]
+    assert chat["functions"]["enum"] == [None, []]
 
 
 @pytest.mark.parametrize(

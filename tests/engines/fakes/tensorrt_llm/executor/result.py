@@ -11,7 +11,11 @@ Kept faithful where our adapter depends on it:
 * a per-request executor error surfaces from ``__anext__`` as ``RequestError`` (executor.py
   ``_handle_background_error``);
 * leaving the loop does nothing; ``abort()`` asks the executor to cancel, and the next step finishes the
-  request with finish_reason 'cancelled'.
+  request with finish_reason 'cancelled';
+* ``best_of`` > ``n`` (sampling, no beam search): ``best_of`` sequences, and ``outputs`` is the ``n`` of them with
+  the highest ``cumulative_logprob``, re-sorted at every read (result.py ``outputs``), so while they run
+  ``outputs[0]`` may be a different sequence from one step to the next. Here sequence 0 writes the script and the
+  others its case swapped; sequence 0 is the likeliest for the first tokens, then the last one is.
 """
 
 import asyncio
@@ -38,6 +42,7 @@ class CompletionOutput:
     token_ids: list[int] | None = field(default_factory=list)
     finish_reason: Literal["stop", "length", "timeout", "cancelled"] | None = None
     stop_reason: int | str | None = None
+    cumulative_logprob: float | None = None
     # Recent main: TokenLogprobs, one {token_id: Logprob} per output token (the top-k and the chosen token).
     logprobs: list = field(default_factory=list)
     _last_text_len: int = field(default=0, init=False, repr=False)
@@ -68,7 +73,7 @@ class GenerationResult:
         self.sampling_params = sampling_params
         self._executor = executor
         self._detokenize = detokenize
-        self._outputs = [CompletionOutput(0)]
+        self._outputs = [CompletionOutput(i) for i in range(sampling_params.best_of or 1)]
         self._queue: asyncio.Queue = asyncio.Queue()  # the executor's responses for this request
         self._done = False
         self._aborted = False
@@ -85,7 +90,17 @@ class GenerationResult:
 
     @property
     def outputs(self) -> list[CompletionOutput]:
-        return self._outputs
+        params = self.sampling_params
+        if params.use_beam_search or params.n == params.best_of:
+            return self._outputs[: params.n]
+        ranked = sorted(  # as result.py: "Pick the top-n outputs, sorted by cumulative log probs."
+            self._outputs,
+            key=lambda x: x.cumulative_logprob if x.cumulative_logprob is not None else float("-inf"),
+            reverse=True,
+        )
+        for i, out in enumerate(ranked):
+            out.index = i
+        return ranked[: params.n]
 
     @property
     def finished(self) -> bool:
@@ -112,12 +127,23 @@ class GenerationResult:
         return self
 
     def _handle_response(self, token_id: int | None, finish_reason: str | None, stop=None) -> None:
-        out = self._outputs[0]
+        for sequence, out in enumerate(self._outputs):
+            token = token_id
+            if sequence and token_id is not None:  # the other sequences write the script's case swapped
+                token = ord(chr(token_id).swapcase())
+            self._handle_sequence(out, sequence, token, finish_reason, stop)
+
+    def _handle_sequence(self, out, sequence: int, token_id: int | None, finish_reason: str | None, stop) -> None:
         params = self.sampling_params
         out._last_token_ids_len = len(out.token_ids)
         out._last_logprobs_len = len(out.logprobs)
         if token_id is not None:
             out.token_ids.append(token_id)
+            if len(self._outputs) > 1:
+                # Sequence 0 leads for three tokens, then the last overtakes it (at the fifth) and stays ahead.
+                lead = len(out.token_ids) <= 3
+                step = (-0.01 if sequence == 0 else -0.1) if lead else -0.1 * (len(self._outputs) - sequence)
+                out.cumulative_logprob = (out.cumulative_logprob or 0.0) + step
             if params.logprobs:
                 # The chosen token first, then the next candidates: logprobs entries in all (rank 1 = likeliest).
                 candidates = [token_id] + [token_id + i for i in range(1, params.logprobs)]
