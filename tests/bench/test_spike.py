@@ -166,3 +166,27 @@ def test_the_start_queue_is_fitted_to_the_starts_inside_the_peak_windows():
     assert fit is not None
     assert (fit.process_s, fit.after_s) == pytest.approx((3.0, 1.0))
     assert start_fit({"engine_load": quiet}, [(15.0, 75.0)], concurrency=2) is None
+
+
+def test_a_rescore_joins_modes_recorded_in_separate_runs_and_fits_the_start_queue(tmp_path):
+    import json
+    import shutil
+    from pathlib import Path
+
+    from bench.__main__ import main
+
+    recorded = Path(__file__).parents[2] / "bench" / "results" / "spike" / "step"
+    out = tmp_path / "step"
+    for mode in MODES:
+        shutil.copytree(recorded / mode, out / mode)
+    shutil.copy(recorded / "spike.json", out / "spike.json")
+    (out / "engine_load" / "command.txt").write_text("python -m bench spike --mode engine_load (run A)\n")
+
+    assert main(["spike", "--rescore", "--shape", "step", "--scale-ahead-s", "20", "--out", str(tmp_path)]) == 0
+
+    report = (out / "report.md").read_text()
+    assert "`python -m bench spike --mode engine_load (run A)` (engine_load)" in report
+    assert "rescored with `python -m bench spike --rescore" in report
+    queue = json.loads((out / "spike.json").read_text())["start_queue"]
+    assert queue is not None and queue["concurrency"] >= 1 and queue["process_s"] + queue["after_s"] > 0
+    assert "worker processes at a time" in report
