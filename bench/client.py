@@ -194,8 +194,10 @@ async def send_request(
             else:
                 async for event in source.aiter_sse():
                     if event.data.strip() == "[DONE]":
+                        # Read on to the body's end, as the openai SDK does: a response left half-read closes its
+                        # connection, and the next request would pay for a new one inside its TTFT.
                         record.done = True
-                        break
+                        continue
                     stream.take(json.loads(event.data), clock.now(), target.api)
                     if stream.error_type is not None:
                         break  # the server ends the stream after an error event

@@ -42,6 +42,7 @@ from bench.workload import (
     parse_tier,
     trace_requests,
 )
+from engines import event_loop
 
 T = TypeVar("T")
 
@@ -228,7 +229,7 @@ async def drive(
 ) -> tuple[LoadResult, list[ReplicaSample]]:
     """Run the load and, beside it, the replica poller (when asked)."""
     clock = MonotonicClock()
-    async with httpx.AsyncClient(limits=httpx.Limits(max_connections=None, max_keepalive_connections=None)) as client:
+    async with httpx.AsyncClient() as client:  # the poller's; the load brings its own connections
         stop = asyncio.Event()
         poller = (
             asyncio.create_task(
@@ -245,7 +246,7 @@ async def drive(
             else None
         )
         try:
-            result = await run_load(target, load, specs, client=client, clock=clock)
+            result = await run_load(target, load, specs, clock=clock)  # its own connections, one per stream
         finally:
             stop.set()
         samples = await poller if poller is not None else []
@@ -294,7 +295,7 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as exc:  # pydantic's ValidationError is a ValueError
         print(f"bench load: {exc}", file=sys.stderr)
         return 2
-    result, samples = asyncio.run(
+    result, samples = event_loop.run(
         drive(target, load, specs, poll=args.poll_variants, poll_interval_s=args.poll_interval_s)
     )
     command = shlex.join(["python", "-m", "bench", *getattr(args, "argv", sys.argv[1:])])

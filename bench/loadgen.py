@@ -2,18 +2,23 @@
 (each request at its arrival time), bounded in count and in time.
 
 Open loop: requests go out at their scheduled times whether or not earlier ones have finished,
-as real users do; the httpx pool is unbounded so the client never queues them itself. Closed loop:
-``concurrency`` workers each send their next request when the previous one ends. Either way no
-new request starts after ``duration_s``; requests in flight then run to their end (each is bounded
-by the target's hard timeout).
+as real users do. Closed loop: ``concurrency`` workers each send their next request when the previous
+one ends. Either way no new request starts after ``duration_s``; requests in flight then run to their
+end (each is bounded by the target's hard timeout).
+
+Each request in flight holds a connection of its own, kept alive for the next (:class:`_Connections`):
+the client never queues a request itself, and never pays a new connection inside a measured TTFT once
+it has as many as requests in flight.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ssl
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import httpx
@@ -47,19 +52,58 @@ class LoadResult:
     duration_s: float  # start of the run -> last request finished
 
 
+class _Connections:
+    """One single-connection httpx client per request in flight, each kept for the next request.
+
+    Not one shared pool: httpcore 1.0's pool assigns the first idle connection to every request queued at that
+    moment (``_assign_requests_to_connections``), all but one of them fail over and go round again, and at 64
+    closed-loop streams requests waited up to 0.3-0.9 s (p90-p99) before their headers went out, inside their
+    measured TTFT (httpcore's trace hooks, docs/streaming.md). A client passed in (the tests' transports)
+    serves every request itself.
+    """
+
+    def __init__(self, shared: httpx.AsyncClient | None) -> None:
+        self._shared = shared
+        self._idle: list[httpx.AsyncClient] = []
+        self._all: list[httpx.AsyncClient] = []
+        # One TLS context for all: httpx builds one per client otherwise, loading the CA bundle (~35 ms of CPU).
+        self._tls = ssl.create_default_context()
+
+    @contextlib.asynccontextmanager
+    async def lease(self) -> AsyncIterator[httpx.AsyncClient]:
+        if self._shared is not None:
+            yield self._shared
+            return
+        if self._idle:
+            client = self._idle.pop()
+        else:
+            client = httpx.AsyncClient(
+                verify=self._tls, limits=httpx.Limits(max_connections=1, max_keepalive_connections=1)
+            )
+            self._all.append(client)
+        try:
+            yield client
+        finally:
+            self._idle.append(client)
+
+    async def aclose(self) -> None:
+        for client in self._all:
+            await client.aclose()
+
+
 class _Run:
     """State shared by the tasks of one run."""
 
     def __init__(
         self,
-        client: httpx.AsyncClient,
+        connections: _Connections,
         target: TargetConfig,
         load: LoadConfig,
         specs: Iterable[RequestSpec],
         clock: Clock,
         on_record: Callable[[RequestRecord], None] | None,
     ) -> None:
-        self.client, self.target, self.load, self.clock = client, target, load, clock
+        self.connections, self.target, self.load, self.clock = connections, target, load, clock
         self.specs: Iterator[RequestSpec] = iter(specs)
         self.on_record = on_record
         self.sent = 0
@@ -83,16 +127,17 @@ class _Run:
         return self.load.duration_s is not None and offset_s >= self.load.duration_s
 
     async def send(self, spec: RequestSpec, start: float) -> None:
-        record = await send_request(
-            self.client,
-            self.target,
-            spec,
-            request_id=f"bench-{self.run_id}-{spec.index}",
-            clock=self.clock,
-            start=start,
-            run_start=self.run_start,
-            wall_start=self.wall_start,
-        )
+        async with self.connections.lease() as client:
+            record = await send_request(
+                client,
+                self.target,
+                spec,
+                request_id=f"bench-{self.run_id}-{spec.index}",
+                clock=self.clock,
+                start=start,
+                run_start=self.run_start,
+                wall_start=self.wall_start,
+            )
         self.records.append(record)
         self.bar.update(1)
         if not record.ok:
@@ -146,11 +191,8 @@ async def run_load(
     ``client`` and ``clock`` are injectable (tests pass a transport and a clock they drive);
     ``on_record`` sees each record as its request ends (e.g. to stream them to a file).
     """
-    own_client = client is None
-    if client is None:
-        # No pool limit: a client-side queue would add its own wait to every latency measured.
-        client = httpx.AsyncClient(limits=httpx.Limits(max_connections=None, max_keepalive_connections=None))
-    run = _Run(client, target, load, specs, clock or MonotonicClock(), on_record)
+    connections = _Connections(client)
+    run = _Run(connections, target, load, specs, clock or MonotonicClock(), on_record)
     try:
         if load.concurrency is not None:
             await run.closed_loop(load.concurrency)
@@ -158,7 +200,6 @@ async def run_load(
             await run.open_loop()
     finally:
         run.bar.close()
-        if own_client:
-            await client.aclose()
+        await connections.aclose()
     end = max((r.end_s for r in run.records), default=0.0)
     return LoadResult(records=run.records, wall_start=run.wall_start, duration_s=end)

@@ -19,7 +19,6 @@ Writes ``--json PATH`` (the :class:`~bench.overhead_results.OverheadResult`) and
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import functools
 import json
@@ -55,6 +54,7 @@ from bench.records import write_jsonl
 from bench.report import machine_info
 from bench.summary import summarize
 from bench.workload import RequestSpec
+from engines import event_loop
 from engines.config import CoalesceConfig, EmulatedEngineConfig, HFEngineConfig
 from engines.emulated import EmulatedEngine
 from engines.factory import make_engine
@@ -361,7 +361,7 @@ class _Run:
 
         def load(specs: list[RequestSpec], concurrency: int) -> LoadResult:
             config = LoadConfig(concurrency=concurrency, num_requests=len(specs), progress=self.args.progress)
-            result, _ = asyncio.run(drive(target, config, iter(specs), poll=False, poll_interval_s=1.0))
+            result, _ = event_loop.run(drive(target, config, iter(specs), poll=False, poll_interval_s=1.0))
             return result
 
         load(self.warmup(as_text=as_text), WARMUP_REQUESTS)
@@ -536,7 +536,7 @@ def execute(args: argparse.Namespace) -> OverheadResult:
     )
     paths: dict[str, PathResult] = {}
     if "direct" in args.paths:
-        paths["direct"] = _attempt("direct", lambda: asyncio.run(run.direct()))
+        paths["direct"] = _attempt("direct", lambda: event_loop.run(run.direct()))
     if "engine_server" in args.paths:
         reason = "an emulated engine has no server of its own" if run.emulated else engine_server.unavailable_reason()
         if reason is None:

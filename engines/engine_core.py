@@ -37,6 +37,7 @@ import sys
 import threading
 from typing import Any
 
+from engines import event_loop
 from engines.config import EngineConfig
 from engines.ipc import Channel, delta_to_wire, portable_error
 from engines.protocol import Engine, EngineStats, GenerationRequest
@@ -62,8 +63,7 @@ def run(sock: socket.socket, config: EngineConfig) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s engine-core[%(process)d] %(levelname)s %(message)s")
     code = 1
     try:
-        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-            code = runner.run(EngineCore(sock, config).serve())
+        code = event_loop.run(EngineCore(sock, config).serve())
     except BaseException:
         logger.exception("engine process failed")
     finally:
@@ -77,14 +77,6 @@ def _exit_after(seconds: float, code: int) -> None:
     timer = threading.Timer(seconds, os._exit, (code,))
     timer.daemon = True
     timer.start()
-
-
-def _loop_factory() -> Any:
-    try:
-        import uvloop
-    except ImportError:
-        return None
-    return uvloop.new_event_loop
 
 
 class EngineCore:
