@@ -91,12 +91,14 @@ def response_headers(request_id: str | None) -> dict[str, str]:
 
 
 def make_app(variants: list[dict[str, Any]] | None = None) -> Starlette:
-    """The server; ``app.state.seen`` keeps (headers, body) of every completion request."""
+    """The server; ``app.state.seen`` keeps (headers, body) of every completion request, ``app.state.peers`` the
+    client address (host, port: one per connection) each came on."""
 
     async def completions(request: Request) -> Response:
         api = "chat" if request.url.path.endswith("/chat/completions") else "completions"
         body = await request.json()
         request.app.state.seen.append((dict(request.headers), body))
+        request.app.state.peers.append(request.client)
         failure = error_response(body)
         if failure is not None:
             return failure
@@ -126,6 +128,7 @@ def make_app(variants: list[dict[str, Any]] | None = None) -> Starlette:
         routes.append(Route("/variants", list_variants))
     app = Starlette(routes=routes)
     app.state.seen = []
+    app.state.peers = []
     return app
 
 

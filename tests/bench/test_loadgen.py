@@ -100,3 +100,15 @@ async def test_real_http_open_loop(fake_server):
     assert due == pytest.approx([i / 50 for i in range(6)])
     # A request is never sent before it is due (up to the event loop's 1 ns clock resolution).
     assert all(r.start_s >= (r.arrival_s or 0.0) - 1e-6 for r in result.records)
+
+
+async def test_each_stream_keeps_one_connection_alive(fake_server):
+    """A closed loop of two streams sends eight requests over two connections: each stream's next request goes on
+    the connection its last one used (the response is read to its end), none waits for another's."""
+    target = TargetConfig(url=fake_server.url, model="m", extra_body={"first_delay_s": 0.01, "gap_s": 0.001})
+    load = LoadConfig(concurrency=2, num_requests=8, progress=False)
+    peers = fake_server.app.state.peers
+    before = len(peers)
+    result = await run_load(target, load, build_requests(WORKLOAD, itertools.repeat(None)))
+    assert len(result.records) == 8 and all(r.ok and r.done for r in result.records)
+    assert len(set(peers[before:])) == 2
