@@ -20,8 +20,8 @@ from collections import deque
 from collections.abc import Sequence
 
 from router.config import RouterConfig
-from router.policy import route
-from router.types import Decision, RequestFeatures, RouterState, VariantView
+from router.policy import route_idle
+from router.types import Decision, RequestFeatures, VariantView
 
 
 def idle(view: VariantView) -> VariantView:
@@ -42,7 +42,7 @@ def preferred_variant(
     features: RequestFeatures, views: Sequence[VariantView], config: RouterConfig
 ) -> tuple[str, float] | None:
     """Where the request would go on an idle fleet, and how long it would take there (s); None: nowhere."""
-    decision = route(features, [idle(v) for v in views], config, RouterState())
+    decision = route_idle(features, views, config)  # = route() on [idle(v) for v in views], without building them
     if decision.variant is None:
         return None
     prediction = decision.predictions.get(decision.variant)
