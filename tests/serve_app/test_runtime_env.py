@@ -7,17 +7,15 @@ from __future__ import annotations
 import os
 import stat
 import sys
-import typing
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
 from ray import serve
-from ray.serve import Deployment
 
-from engines.errors import EngineConfigError
 from serve_app.config import load_app_config, load_config_file
+from tests.serve_app.test_config import _deployment, problems_of
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -34,20 +32,6 @@ def app_args(runtime_env: dict[str, Any] | None, **variant: Any) -> dict[str, An
         "variants": [spec],
         "ingress": {"num_cpus": 0.1},
     }
-
-
-def problems_of(args: dict[str, Any]) -> str:
-    with pytest.raises(EngineConfigError) as info:
-        load_app_config(args)
-    return info.value.message
-
-
-class _Replica:
-    pass
-
-
-def _deployment(**options: Any) -> Deployment:
-    return typing.cast(Deployment, serve.deployment(_Replica)).options(**options)
 
 
 def test_the_runtime_env_goes_to_the_engine_deployment_only():
