@@ -23,30 +23,12 @@ reservation never turns a met SLO into a miss.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from router.latency import Load
-from router.types import RequestFeatures, VariantView
+from router.types import ExclusiveDemand, RequestFeatures, Targets, VariantView
 
-# Weight of the newest exclusive request in the running means: about the last twenty count.
-_MEAN_WEIGHT = 0.05
 # Kinds of exclusive demand remembered per variant: tiers are few, but x-slo-* headers can name any targets.
 _MAX_KINDS = 16
 _INF = float("inf")
-
-Targets = tuple[float | None, float | None]  # (TTFT ms, TPOT ms) of one kind of request
-
-
-@dataclass(slots=True)
-class ExclusiveDemand:
-    """What recent requests of one kind (one pair of targets) that only one variant could take looked like."""
-
-    prompt_tokens: float
-    last_decision: int  # RouterState.decisions when the latest one was seen
-
-    def add(self, request: RequestFeatures, decision: int) -> None:
-        self.prompt_tokens += _MEAN_WEIGHT * (request.prompt_tokens - self.prompt_tokens)
-        self.last_decision = decision
 
 
 def record_exclusive(

@@ -10,12 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING
 
 from router.latency import LatencyModel
-
-if TYPE_CHECKING:
-    from router.reservation import ExclusiveDemand, Targets
 
 
 class Reason(StrEnum):
@@ -159,6 +155,25 @@ class Decision:
     @property
     def rejected(self) -> bool:
         return self.variant is None
+
+
+# The state of the capacity reservation (router.reservation), kept here with the rest of RouterState.
+Targets = tuple[float | None, float | None]  # (TTFT ms, TPOT ms) of one kind of request
+
+# Weight of the newest exclusive request in the running means: about the last twenty count.
+_MEAN_WEIGHT = 0.05
+
+
+@dataclass(slots=True)
+class ExclusiveDemand:
+    """What recent requests of one kind (one pair of targets) that only one variant could take looked like."""
+
+    prompt_tokens: float
+    last_decision: int  # RouterState.decisions when the latest one was seen
+
+    def add(self, request: RequestFeatures, decision: int) -> None:
+        self.prompt_tokens += _MEAN_WEIGHT * (request.prompt_tokens - self.prompt_tokens)
+        self.last_decision = decision
 
 
 @dataclass(slots=True)
