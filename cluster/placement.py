@@ -21,10 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from serve_app.config import VariantConfig
+from typing import Any, Protocol
 
 ACCELERATOR_RESOURCE_PREFIX = "accelerator_type:"
 # What Ray itself asks of a node for ray_actor_options' accelerator_type (ray._private.accelerators): a
@@ -39,6 +36,38 @@ class WorkerLayout(StrEnum):
 
     IN_REPLICA = "in_replica"  # the replica process and its children (MPI, device map, a sidecar server)
     RAY_ACTORS = "ray_actors"  # one Ray actor per rank, created by the replica
+
+
+class _Resources(Protocol):
+    """What the placement reads of a replica's resources (``serve_app.config.ReplicaResources``)."""
+
+    @property
+    def num_cpus(self) -> float: ...
+    @property
+    def memory_bytes(self) -> int | None: ...
+    @property
+    def accelerator_type(self) -> str | None: ...
+    @property
+    def resources(self) -> dict[str, float]: ...
+    def to_ray_actor_options(self) -> dict[str, Any]: ...
+
+
+class _RuntimeEnv(Protocol):
+    """What the placement reads of a variant's runtime_env (``serve_app.config.EngineRuntimeEnv``)."""
+
+    def to_ray(self) -> dict[str, Any]: ...
+
+
+class PlacedVariant(Protocol):
+    """What the placement reads of a variant (``serve_app.config.VariantConfig``): spelled out here rather than
+    imported, since the config's ``deployment_options`` calls this module (no import cycle)."""
+
+    @property
+    def engine(self) -> Any: ...  # an engines.config engine config
+    @property
+    def resources(self) -> _Resources: ...
+    @property
+    def runtime_env(self) -> _RuntimeEnv | None: ...
 
 
 def accelerator_resource(accelerator_type: str) -> str:
@@ -58,7 +87,7 @@ def tensor_parallel_size(engine: Any) -> int:
     return int(getattr(engine, "tensor_parallel_size", 1))
 
 
-def replica_placement(variant: VariantConfig) -> dict[str, Any]:
+def replica_placement(variant: PlacedVariant) -> dict[str, Any]:
     """Serve deployment options that place one replica of ``variant``.
 
     Returns ``ray_actor_options``, plus ``placement_group_bundles`` and ``placement_group_strategy`` when
@@ -101,7 +130,7 @@ def replica_placement(variant: VariantConfig) -> dict[str, Any]:
 
 
 def _with_runtime_env(
-    actor_options: dict[str, Any], variant: VariantConfig, placement_env: dict[str, str]
+    actor_options: dict[str, Any], variant: PlacedVariant, placement_env: dict[str, str]
 ) -> dict[str, Any]:
     """``actor_options`` with the variant's runtime_env (VariantConfig.runtime_env) and the placement's own
     environment variables, which the config refuses to let the variant's override. The engine's Ray actors (a
@@ -142,6 +171,6 @@ def placement_bundles(placement: Mapping[str, Any]) -> list[dict[str, float]]:
     return [{name: float(quantity) for name, quantity in bundle.items() if quantity > 0} for bundle in bundles]
 
 
-def replica_bundles(variant: VariantConfig) -> list[dict[str, float]]:
+def replica_bundles(variant: PlacedVariant) -> list[dict[str, float]]:
     """The resource bundles one replica of ``variant`` takes from a single node."""
     return placement_bundles(replica_placement(variant))

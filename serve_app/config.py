@@ -23,6 +23,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from cluster.placement import replica_placement
 from engines.config import EngineConfig
 from engines.errors import EngineConfigError
 from router import LatencyProfile, RouterConfig
@@ -477,9 +478,6 @@ class VariantConfig(_Strict):
 
     def deployment_options(self) -> dict[str, Any]:
         """Keyword arguments for ``serve.deployment(...).options(**...)`` of this variant's deployment."""
-        # Imported here: cluster.placement reads this module's types, and this module is imported first.
-        from cluster.placement import replica_placement
-
         options: dict[str, Any] = {
             "name": self.deployment_name,
             **replica_placement(self),
