@@ -38,6 +38,7 @@ import threading
 from typing import Any
 
 from engines import event_loop
+from engines.backends import in_process_engine
 from engines.config import EngineConfig
 from engines.ipc import Channel, delta_to_wire, portable_error
 from engines.protocol import Engine, EngineStats, GenerationRequest
@@ -94,12 +95,10 @@ class EngineCore:
         self._channel: Channel | None = None
 
     async def serve(self) -> int:
-        from engines.factory import make_engine
-
         loop = asyncio.get_running_loop()
         self._channel = Channel(self._sock, loop, self._on_message, self._on_parent_gone)
         try:
-            self._engine = make_engine(self._config)
+            self._engine = in_process_engine(self._config)
             await self._engine.start()
         except BaseException as exc:
             logger.error("engine start failed: %s", exc)

@@ -1,39 +1,17 @@
-"""Builds an engine from its config; each backend is imported only when a config asks for it."""
+"""Builds an engine from its config: in this process (``engines.backends``) or in an engine process."""
 
 from __future__ import annotations
 
-from engines.config import (
-    EmulatedEngineConfig,
-    EngineConfig,
-    HFEngineConfig,
-    OpenAIServerEngineConfig,
-    TRTLLMEngineConfig,
-)
-from engines.errors import EngineConfigError
+from engines.backends import in_process_engine
+from engines.config import EngineConfig, HFEngineConfig
 from engines.protocol import Engine
 
 
 def make_engine(config: EngineConfig) -> Engine:
     """The engine for ``config`` (not started: call ``await engine.start()``)."""
-    # Backends import heavy or optional packages (torch, tensorrt_llm, httpx): only the one asked for.
-    if isinstance(config, HFEngineConfig):
-        if config.engine_process:
-            from engines.process import ProcessEngine
+    if isinstance(config, HFEngineConfig) and config.engine_process:
+        # Imported only when asked: the engine process spawns a child and its socket loop.
+        from engines.process import ProcessEngine
 
-            return ProcessEngine(config)  # the child process builds the in-process engine of the same config
-        from engines.hf import HFEngine
-
-        return HFEngine(config)
-    if isinstance(config, TRTLLMEngineConfig):
-        from engines.trtllm import TRTLLMEngine
-
-        return TRTLLMEngine(config)
-    if isinstance(config, OpenAIServerEngineConfig):
-        from engines.openai_server import OpenAIServerEngine
-
-        return OpenAIServerEngine(config)
-    if isinstance(config, EmulatedEngineConfig):
-        from engines.emulated import EmulatedEngine
-
-        return EmulatedEngine(config)
-    raise EngineConfigError(f"engine.backend: unknown backend {getattr(config, 'backend', None)!r}")
+        return ProcessEngine(config)  # the child process builds the in-process engine of the same config
+    return in_process_engine(config)

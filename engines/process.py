@@ -2,7 +2,7 @@
 
 Why: with the hf backend in-process, transformers' batch loop (a thread) shares one interpreter lock with
 Ray Serve's per-item streaming, so at GPU token rates the replica's Python work per token starves the batch
-loop (README, "Known limits"). Here the inner engine (any backend, built by ``engines.factory.make_engine``)
+loop (README, "Known limits"). Here the inner engine (any backend, built by ``engines.backends.in_process_engine``)
 runs in a child started with the multiprocessing *spawn* context (CUDA-safe), together with everything it
 does per token (detokenizing, stop strings, coalescing). The child sends one message per event-loop turn with
 every stream's new deltas (``engines/engine_core.py``); this side reads the socket from its own asyncio loop
