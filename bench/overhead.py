@@ -225,7 +225,7 @@ class _Run:
     def __init__(self, args: argparse.Namespace) -> None:
         from transformers import AutoTokenizer
 
-        from engines.builtin import resolve_model
+        from engines.model_ref import resolve_model
 
         self.args = args
         self.concurrency = sorted(set(args.concurrency or DEFAULT_CONCURRENCY))

@@ -113,17 +113,6 @@ BUILTIN_MODELS: dict[str, BuiltinSpec] = {
 }
 
 
-def resolve_model(model: str) -> str:
-    """Returns a loadable model reference: the generated directory for ``builtin:<name>``, else ``model``."""
-    if model.startswith("random:"):  # random weights of a real shape, for GPU measurements
-        from engines.random_models import resolve_random
-
-        return str(resolve_random(model))
-    if not model.startswith(BUILTIN_PREFIX):
-        return model
-    return str(ensure_builtin(model.removeprefix(BUILTIN_PREFIX)))
-
-
 def builtin_spec(name: str) -> BuiltinSpec:
     """The spec of a builtin model, raising ``ModelNotFoundError`` that names the known ones."""
     try:

@@ -130,7 +130,7 @@ class EmulatedEngine(Engine):
         )
 
     def _load_tokens(self) -> tuple[Any, TokenSource]:
-        from engines.builtin import resolve_model
+        from engines.model_ref import resolve_model
         from engines.tokenizer import FastTokenizer
 
         path = resolve_model(self.config.tokenizer)

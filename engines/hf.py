@@ -72,7 +72,7 @@ class HFEngine(Engine):
         from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
         from transformers.generation import ContinuousBatchingConfig
 
-        from engines.builtin import resolve_model
+        from engines.model_ref import resolve_model
 
         cfg = self.config
         path = resolve_model(cfg.model)

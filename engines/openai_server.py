@@ -278,7 +278,7 @@ class OpenAIServerEngine(Engine):
         config = self._config
         model = config.model
         if model.startswith("builtin:"):
-            from engines.builtin import resolve_model
+            from engines.model_ref import resolve_model
 
             model = await asyncio.to_thread(resolve_model, model)
         self._served_model = config.served_model_name or model

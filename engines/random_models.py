@@ -22,6 +22,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from engines.builtin import BOS, EOS, PAD, SPECIAL_TOKENS, VOCAB_SIZE, build_tokenizer, cache_root
+from engines.builtin import FORMAT_VERSION as TOKENIZER_FORMAT
 from engines.errors import ModelNotFoundError
 from engines.model_cache import build_once
 
@@ -67,8 +69,6 @@ def random_shape(name: str) -> RandomShape:
 
 def random_dir(name: str) -> Path:
     """The cache directory of a random model (it may not exist yet)."""
-    from engines.builtin import cache_root
-
     return cache_root() / "random" / f"{name}-{_cache_key(random_shape(name))}"
 
 
@@ -83,9 +83,6 @@ def ensure_random(name: str) -> Path:
 
 
 def _cache_key(shape: RandomShape) -> str:
-    from engines.builtin import FORMAT_VERSION as TOKENIZER_FORMAT
-    from engines.builtin import SPECIAL_TOKENS, VOCAB_SIZE
-
     material = {
         "format": FORMAT_VERSION,
         "shape": dataclasses.asdict(shape),
@@ -97,8 +94,6 @@ def _cache_key(shape: RandomShape) -> str:
 def llama_config(shape: RandomShape, tokenizer):
     """The ``LlamaConfig`` of ``shape`` with ``tokenizer``'s vocabulary and special tokens."""
     from transformers import LlamaConfig
-
-    from engines.builtin import BOS, EOS, PAD
 
     ids = {t: tokenizer.convert_tokens_to_ids(t) for t in (BOS, EOS, PAD)}
     return LlamaConfig(
@@ -123,8 +118,6 @@ def _build(shape: RandomShape, out: Path) -> None:
     """Writes config, bfloat16 safetensors weights, generation config and tokenizer to ``out``."""
     import torch
     from transformers import GenerationConfig, LlamaForCausalLM
-
-    from engines.builtin import build_tokenizer
 
     start = time.perf_counter()
     tokenizer = build_tokenizer()

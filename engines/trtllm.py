@@ -314,7 +314,7 @@ class TRTLLMEngine(Engine):
         self._stopping = asyncio.get_running_loop().create_future()
         model = config.model
         if model.startswith("builtin:"):
-            from engines.builtin import resolve_model
+            from engines.model_ref import resolve_model
 
             model = await asyncio.to_thread(resolve_model, model)
         self._checkpoint = validate_checkpoint(

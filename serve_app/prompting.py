@@ -36,7 +36,7 @@ def _first_unusual(messages: Sequence[ChatMessage]) -> str:
 
 class PromptBuilder:
     def __init__(self, tokenizer_ref: str) -> None:
-        from engines.builtin import resolve_model
+        from engines.model_ref import resolve_model
 
         # transformers' AutoTokenizer where it is installed, else the same files without it (engines/tokenizer.py):
         # the serving layer installs without torch and transformers.

@@ -63,7 +63,7 @@ async def test_its_tokenizer_without_transformers_gives_transformers_ids_text_an
     # import); the ingress, which tokenizes prompts, may use transformers' AutoTokenizer on the same files.
     from transformers import AutoTokenizer
 
-    from engines.builtin import resolve_model
+    from engines.model_ref import resolve_model
 
     reference = AutoTokenizer.from_pretrained(resolve_model("builtin:tiny"))
     async with running() as engine:

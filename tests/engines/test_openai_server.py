@@ -60,7 +60,7 @@ def endless_model(tmp_path_factory) -> Path:
     A cancelled request would otherwise run to its 30000 tokens (a minute or more here), so a server
     that goes idle right after the cancel shows that the cancel reached it.
     """
-    from engines.builtin import resolve_model
+    from engines.model_ref import resolve_model
 
     target = tmp_path_factory.mktemp("endless") / "model"
     shutil.copytree(resolve_model("builtin:tiny"), target)

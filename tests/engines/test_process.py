@@ -60,7 +60,7 @@ async def _wait_idle(engine) -> None:
 def _tokenizer():
     from transformers import AutoTokenizer
 
-    from engines.builtin import resolve_model
+    from engines.model_ref import resolve_model
 
     return AutoTokenizer.from_pretrained(resolve_model("builtin:tiny"))
 

@@ -8,8 +8,8 @@ import sys
 import pytest
 from transformers import AutoTokenizer
 
-from engines.builtin import resolve_model
 from engines.errors import EngineConfigError
+from engines.model_ref import resolve_model
 from engines.tokenizer import FastTokenizer, load_tokenizer
 
 TEXTS = ["The quick brown fox", "你好，世界！这是一个测试。", "  leading spaces and\nnew lines\t", "<|user|> hi"]

@@ -49,7 +49,7 @@ def tools_tokenizer(directory: Path) -> str:
     """The builtin tiny model's tokenizer with TOOLS_TEMPLATE, saved where the ingress replica loads it."""
     from transformers import AutoTokenizer
 
-    from engines.builtin import resolve_model
+    from engines.model_ref import resolve_model
 
     tokenizer = AutoTokenizer.from_pretrained(resolve_model("builtin:tiny"))
     tokenizer.chat_template = TOOLS_TEMPLATE

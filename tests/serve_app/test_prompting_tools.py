@@ -24,7 +24,7 @@ NEEDS_DESCRIPTION = "{%- for t in tools or [] -%}{{- t['function']['description'
 def builder(directory: Path, template: str) -> PromptBuilder:
     from transformers import AutoTokenizer
 
-    from engines.builtin import resolve_model
+    from engines.model_ref import resolve_model
 
     tokenizer = AutoTokenizer.from_pretrained(resolve_model("builtin:tiny"))
     tokenizer.chat_template = template
