@@ -45,6 +45,7 @@ from bench.load import drive
 from bench.loadgen import LoadConfig
 from bench.local_serve import local_serve
 from bench.mix import MixConfig, mean_length, mixed_requests, routing_mix, slo_window_s
+from bench.policy_apps import EngineLimits, engine_limits, policy_args, policy_ingress
 from bench.records import RequestRecord, read_jsonl, write_jsonl
 from bench.report import machine_info
 from bench.routing_plot import sweep_plot
@@ -160,21 +161,6 @@ def fixed_replicas(args: dict[str, Any]) -> dict[str, Any]:
         scaling = variant.pop("autoscaling", None)
         if scaling is not None:
             variant["num_replicas"] = max(1, int(scaling.get("min_replicas", 1)))
-    return out
-
-
-def policy_args(
-    args: dict[str, Any],
-    policy: str,
-    profiles: dict[str, dict[str, float]] | None = None,
-    router: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """``args`` with ``router.policy`` set (and other router fields merged) and variants' latency profiles."""
-    out = copy.deepcopy(args)
-    out["router"] = {**out.get("router", {}), **(router or {}), "policy": policy}
-    for variant in out["variants"]:
-        if profiles and variant["name"] in profiles:
-            variant["latency_profile"] = profiles[variant["name"]]
     return out
 
 
@@ -306,31 +292,6 @@ async def warm(url: str, t: SweepTarget, count: int = 3) -> None:
     await send_specs(url, t, specs, LoadConfig(concurrency=1, num_requests=count, progress=False))
 
 
-@dataclass(frozen=True)
-class EngineLimits:
-    """What a variant's engines report about their size (GET /variants)."""
-
-    context_length: int
-    max_running_requests: int
-    replicas: int = 1
-
-
-async def engine_limits(url: str) -> dict[str, EngineLimits]:
-    """Each variant's context length and batch slots as its engines report them (the smallest replica's)."""
-    async with httpx.AsyncClient(timeout=30.0) as client:
-        response = await client.get(f"{url}/variants")
-        response.raise_for_status()
-    return {
-        v["name"]: EngineLimits(
-            context_length=min(r["context_length"] for r in v["replica_stats"]),
-            max_running_requests=min(r["max_running_requests"] for r in v["replica_stats"]),
-            replicas=len(v["replica_stats"]),
-        )
-        for v in response.json()["variants"]
-        if v["replica_stats"]
-    }
-
-
 def probe_burst(max_running_requests: int) -> int:
     """Short probes sent at once: a quarter of the batch slots, 8 to 32. The step time is not linear in the
     batch (on 2x H200 the transformers engine's decode grew ~10 ms per sequence in a burst of 8 and ~1.4 ms
@@ -364,19 +325,6 @@ async def calibrate(url: str, limits: dict[str, EngineLimits], t: SweepTarget) -
 
 
 # ---------------------------------------------------------------------- Ray and Serve
-
-
-def _policy_ingress(args: dict[str, Any], base_app: str = BASE_APP) -> Any:
-    """An app of one ingress with ``args``' router config, routing to ``base_app``'s engines and board."""
-    from ray import serve
-
-    from serve_app.app import _Ingress
-    from serve_app.config import load_app_config
-
-    config = load_app_config(args)
-    handles = {v.name: serve.get_deployment_handle(v.deployment_name, base_app) for v in config.variants}
-    board = serve.get_deployment_handle("StatsBoard", base_app)
-    return _Ingress.options(**config.ingress.deployment_options()).bind(config.model_dump(mode="json"), handles, board)
 
 
 def _log(started: float, text: str) -> None:
@@ -457,7 +405,7 @@ def run(args: argparse.Namespace) -> int:
         serve.run_many(
             [
                 serve.RunTarget(
-                    _policy_ingress(policy_args(base_args, policy, profiles, args.router)),
+                    policy_ingress(policy_args(base_args, policy, profiles, args.router), BASE_APP),
                     name=name,
                     route_prefix=f"/{name}",
                 )

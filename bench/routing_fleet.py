@@ -32,6 +32,7 @@ from bench.client import TargetConfig
 from bench.fleet import app_args, fleet_scenario, scenario_requests
 from bench.load import drive
 from bench.loadgen import LoadConfig
+from bench.policy_apps import engine_limits, policy_args, policy_ingress
 from bench.records import RequestRecord, write_jsonl
 from bench.report import machine_info
 from bench.routing_results import STEADY_FROM, Bar, SweepPoint, bar, bar_verdict, sweep_point
@@ -183,7 +184,6 @@ def _deploy(args: argparse.Namespace, base_args: dict, base_url: str, started: f
     take turns) by default; ``--parallel``: a fleet of its own per policy, all driven at once."""
     from ray import serve
 
-    from bench.routing import _policy_ingress, engine_limits, policy_args
     from serve_app.app import build_app
 
     names = {policy: f"routing-{policy.replace('_', '-')}" for policy in args.policies}
@@ -204,7 +204,7 @@ def _deploy(args: argparse.Namespace, base_args: dict, base_url: str, started: f
     serve.run_many(
         [
             serve.RunTarget(
-                _policy_ingress(policy_args(base_args, policy, None, args.router), BASE_APP),
+                policy_ingress(policy_args(base_args, policy, None, args.router), BASE_APP),
                 name=name,
                 route_prefix=f"/{name}",
             )
