@@ -395,7 +395,6 @@ async def warm_up(
 
 
 async def _load(
-    client: httpx.AsyncClient,
     target: TargetConfig,
     variants: Sequence[str],
     config: SoakConfig,
@@ -414,7 +413,7 @@ async def _load(
         specs = interleave_index(with_cancellations(endless, config.cancel_fraction, seeded.seed), i, len(models))
         load = LoadConfig(concurrency=concurrency, duration_s=config.duration_s, progress=False)
         pinned = target.model_copy(update={"model": model})
-        loops.append(run_load(pinned, load, specs, client=client, on_record=on_record))
+        loops.append(run_load(pinned, load, specs, on_record=on_record))  # its own connections, one per stream
     results = await asyncio.gather(*loops)
     records = sorted((r for result in results for r in result.records), key=lambda r: r.index)
     return records, max(result.duration_s for result in results)
@@ -443,7 +442,7 @@ async def soak(
         warmup_failed = await warm_up(client, target, variants, warmup_specs)
         rss_start = rss()
         with tqdm(disable=not progress, unit="req", desc="soak") as bar:
-            records, load_s = await _load(client, target, variants, config, workload, on_record=lambda r: bar.update())
+            records, load_s = await _load(target, variants, config, workload, on_record=lambda r: bar.update())
         states = await settle(client, url, timeout_s=config.settle_timeout_s)
         rss_end = rss()
     counted = outcomes(records)

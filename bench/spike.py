@@ -34,8 +34,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from bench import plots
 from bench.arrivals import SpikeShape, arrival_times
 from bench.client import MonotonicClock, TargetConfig
@@ -137,16 +135,14 @@ async def drive(
     target = TargetConfig(url=url, model=MODEL, request_timeout_s=120.0)
     load = LoadConfig(duration_s=duration_s, progress=progress)
     clock = MonotonicClock()
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
-    async with httpx.AsyncClient(limits=limits) as client:
-        stop = asyncio.Event()
-        start = clock.now()
-        poller = asyncio.create_task(_poll_status(stop, clock, start, fleet))
-        try:
-            result = await run_load(target, load, specs, client=client, clock=clock)
-        finally:
-            stop.set()
-        ready = await poller
+    stop = asyncio.Event()
+    start = clock.now()
+    poller = asyncio.create_task(_poll_status(stop, clock, start, fleet))
+    try:
+        result = await run_load(target, load, specs, clock=clock)  # its own connections, one per stream
+    finally:
+        stop.set()
+    ready = await poller
     return sorted(result.records, key=lambda r: r.index), ready
 
 
