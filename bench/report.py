@@ -1,6 +1,6 @@
 """The markdown report of a run: the command, the machine, the date, the summary and the plots.
 
-Numbers quoted in the README come from such a report (kept under ``bench/results/``), so it
+Numbers quoted in the README come from such a report (kept under ``results/``), so it
 carries everything needed to reproduce and judge them.
 """
 

@@ -132,7 +132,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--autoscale", action="store_true", help="keep the config's autoscaling (see above)")
     p.add_argument("--router", type=json.loads, default={}, help="JSON merged into the router config")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", type=Path, default=None, help="default bench/results/routing[-quick]")
+    p.add_argument("--out", type=Path, default=None, help="default results/routing[-quick]")
     p.add_argument("--json", type=Path, default=None, help="also write the sweep summary JSON here")
     p.add_argument(
         "--rescore",
@@ -368,7 +368,7 @@ def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # builtin models are generated offline
     duration_s = args.duration_s or (10.0 if args.quick else 60.0)
     fractions = args.rate_fractions or list(QUICK_FRACTIONS if args.quick else FULL_FRACTIONS)
-    out = args.out or Path("bench/results/routing-quick" if args.quick else "bench/results/routing")
+    out = args.out or Path("results/routing-quick" if args.quick else "results/routing")
     base_args = app_args_from_file(args.config)
     if not args.autoscale:
         base_args = fixed_replicas(base_args)

@@ -249,7 +249,7 @@ def run(args: argparse.Namespace) -> int:
     estimate = estimate_capacity(base)
     base_args = app_args(base, ingress_replicas=args.ingress_replicas)
     timeout_s = args.request_timeout_s or 300.0
-    out = args.out or Path(f"bench/results/routing-fleet/{args.scenario}")
+    out = args.out or Path(f"results/routing-fleet/{args.scenario}")
     command = shlex.join(["python", "-m", "bench", *getattr(args, "argv", sys.argv[1:])])
     model = base_args["model_name"]
     replicas = {v["name"]: v["num_replicas"] for v in base_args["variants"]}

@@ -196,7 +196,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         default=None,
         help="with --sim-only: also simulate with this much start-up on top of the engine's (what a real run measured)",
     )
-    p.add_argument("--out", type=Path, default=Path("bench/results/spike"), help="directory for all outputs")
+    p.add_argument("--out", type=Path, default=Path("results/spike"), help="directory for all outputs")
     p.add_argument("--json", type=Path, default=None, help="also write the comparison JSON here")
     p.add_argument("--num-cpus", type=int, default=8, help="logical CPUs of the local Ray cluster")
     p.add_argument("--seed", type=int, default=0)

@@ -212,7 +212,7 @@ FLEET = SpikeFleet(
             upscale_delay_s=1.0,
             # 8 s, not 15: a replica idle for 8 s of a 150 s day is surplus, and the diurnal wave's 15 s took it to
             # 0.61 of the fixed fleet's replica-seconds at 100% (sim with this machine's start-ups: 0.55 -> 0.53,
-            # attainment unchanged; bench/results/spike/diurnal).
+            # attainment unchanged; results/spike/diurnal).
             downscale_delay_s=8.0,
             target_ongoing_requests=1.5,
         ),

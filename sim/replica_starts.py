@@ -5,7 +5,7 @@ A Ray node starts worker processes at most ``maximum_startup_concurrency`` at a 
 replica's constructor (the engine's cold start) runs. So the replicas of one scale-up do not arrive together
 after a mean start-up: the first come after one process start, the rest one process start later per
 ``concurrency`` of them. On a 2-core machine a batch of six measured 3 to 12 s beyond its 6 s cold start
-(bench/results/spike/step), which a uniform extra start-up (their mean for every replica) turns into six
+(results/spike/step), which a uniform extra start-up (their mean for every replica) turns into six
 replicas at once: the simulator then had capacity the real stack did not, 6.2 points of attainment too much
 for Serve's default policy on the 10x step.
 

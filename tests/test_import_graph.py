@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("serve_app", "engines", "router", "sim", "bench", "cluster")
 # Run outputs, not code (issue #26 wants them out of the package).
-EXCLUDED = (ROOT / "bench" / "results",)
+EXCLUDED = (ROOT / "results",)
 
 
 def _module_name(path: Path) -> str:

@@ -175,7 +175,7 @@ def test_a_rescore_joins_modes_recorded_in_separate_runs_and_fits_the_start_queu
 
     from bench.__main__ import main
 
-    recorded = Path(__file__).parents[2] / "bench" / "results" / "spike" / "step"
+    recorded = Path(__file__).parents[2] / "results" / "spike" / "step"
     out = tmp_path / "step"
     for mode in MODES:
         shutil.copytree(recorded / mode, out / mode)
