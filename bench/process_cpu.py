@@ -36,7 +36,8 @@ def role_of(cmdline: str) -> str:
         return "proxy"
     if cmdline.startswith("ray::ServeController"):
         return "controller"
-    if " serve " in f" {cmdline} " and "transformers" in cmdline:
+    # transformers serve, and trtllm-serve (or the tests' fake of it) behind bench overhead's sidecar path.
+    if " serve " in f" {cmdline} " and ("transformers" in cmdline or "trtllm" in cmdline):
         return "engine_server"
     if cmdline.startswith("ray::") or "/ray/" in cmdline:
         return "ray_system"
