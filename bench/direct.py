@@ -16,7 +16,7 @@ from bench.client import Clock, MonotonicClock
 from bench.loadgen import LoadResult
 from bench.records import RequestRecord, slo_met, time_per_output_token
 from bench.workload import RequestSpec
-from engines.errors import ServingError
+from core.errors import ServingError
 from engines.protocol import Engine, GenerationRequest, SamplingParams
 
 

@@ -14,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from engines.errors import EngineConfigError
+from core.errors import EngineConfigError
 
 
 def _check(options: argparse.Namespace) -> int:

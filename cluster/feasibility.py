@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 
 from cluster.placement import ACCELERATOR_RESOURCE_PREFIX, replica_bundles, tensor_parallel_size
 from cluster.shape import ClusterShape, NodeShape, read_live_shape
-from engines.errors import EngineConfigError
+from core.errors import EngineConfigError
 from serve_app.config import AppConfig, VariantConfig
 
 INGRESS = "ingress"

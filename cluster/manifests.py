@@ -25,7 +25,7 @@ import yaml
 from cluster.feasibility import fits_all, max_replicas
 from cluster.placement import accelerator_resource
 from cluster.shape import ClusterShape, NodeShape
-from engines.errors import EngineConfigError
+from core.errors import EngineConfigError
 from serve_app.config import AppConfig, load_config_file
 from serve_app.fast_path import FAST_PATH_ENV
 

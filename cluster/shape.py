@@ -26,7 +26,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from cluster.placement import ACCELERATOR_RESOURCE_PREFIX, accelerator_resource
-from engines.errors import EngineConfigError
+from core.errors import EngineConfigError
 
 UNBOUNDED = math.inf
 _GROUP = re.compile(r"^(?P<count>\d+)x(?P<gpus>\d+)(?:x(?P<type>[A-Za-z0-9_.-]+))?(?::(?P<extra>.+))?$")

@@ -6,6 +6,7 @@ here: through the factory it would import ``engines.process``, which imports the
 
 from __future__ import annotations
 
+from core.errors import EngineConfigError
 from engines.config import (
     EmulatedEngineConfig,
     EngineConfig,
@@ -13,7 +14,6 @@ from engines.config import (
     OpenAIServerEngineConfig,
     TRTLLMEngineConfig,
 )
-from engines.errors import EngineConfigError
 from engines.protocol import Engine
 
 

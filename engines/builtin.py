@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from engines.errors import EngineConfigError, ModelNotFoundError
+from core.errors import EngineConfigError, ModelNotFoundError
 from engines.model_cache import build_once
 
 BUILTIN_PREFIX = "builtin:"

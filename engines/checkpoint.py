@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from engines.errors import EngineConfigError
+from core.errors import EngineConfigError
 
 CheckpointKind = Literal["hf", "trtllm_checkpoint", "trtllm_engine"]
 

@@ -33,9 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from core.errors import EngineConfigError, EngineDeadError, OverloadedError
 from engines.batching import ContinuousBatch, Iteration
 from engines.config import EmulatedEngineConfig
-from engines.errors import EngineConfigError, EngineDeadError, OverloadedError
 from engines.iteration_timer import IterationTimer
 from engines.output_text import OutputText, stop_token_ids
 from engines.protocol import (

@@ -20,9 +20,9 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
+from core.errors import EngineConfigError, EngineDeadError, OverloadedError
 from engines.coalesce import coalesce
 from engines.config import HFEngineConfig
-from engines.errors import EngineConfigError, EngineDeadError, OverloadedError
 from engines.output_text import OutputText, stop_token_ids
 from engines.protocol import (
     FINISH_ABORT,

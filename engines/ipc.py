@@ -22,7 +22,7 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-from engines.errors import EngineDeadError
+from core.errors import EngineDeadError
 from engines.protocol import Delta
 
 logger = logging.getLogger(__name__)

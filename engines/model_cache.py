@@ -8,7 +8,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from engines.errors import EngineConfigError
+from core.errors import EngineConfigError
 
 
 def build_once(target: Path, build: Callable[[Path], None], *, what: str) -> Path:

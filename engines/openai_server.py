@@ -50,10 +50,10 @@ from typing import Any
 import httpx
 from httpx_sse import EventSource
 
+from core.errors import EngineConfigError, EngineDeadError, InvalidRequestError, OverloadedError
 from engines.checkpoint import CheckpointInfo, validate_checkpoint, visible_gpu_count
 from engines.coalesce import coalesce
 from engines.config import OpenAIServerEngineConfig, is_trtllm_serve
-from engines.errors import EngineConfigError, EngineDeadError, InvalidRequestError, OverloadedError
 from engines.protocol import (
     FINISH_ABORT,
     FINISH_LENGTH,

@@ -31,10 +31,10 @@ import types
 from collections.abc import AsyncGenerator, Iterator
 from typing import Any
 
+from core.errors import EngineDeadError
 from engines import engine_core
 from engines.coalesce import merge_deltas
 from engines.config import CoalesceConfig, EngineConfig
-from engines.errors import EngineDeadError
 from engines.ipc import Channel, delta_from_wire
 from engines.protocol import Delta, Engine, EngineStats, GenerationRequest
 

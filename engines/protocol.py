@@ -7,7 +7,7 @@ Streaming rules every backend keeps (modelled on Ray Serve LLM's ``LLMEngine`` p
   ``finish_reason``. Text never splits a UTF-8 character and never contains any part of a stop string.
 * Closing the iterator (``aclose()``) or cancelling the task that iterates it aborts the request inside
   the engine and frees its slot. A consumer that stops early never leaks engine work.
-* Errors are raised as :mod:`engines.errors` types: before the first delta for bad input or overload,
+* Errors are raised as :mod:`core.errors` types: before the first delta for bad input or overload,
   during the stream (``EngineDeadError``) when the engine fails.
 * ``stats()`` is cheap and non-blocking: the router and autoscaler call it often.
 """
@@ -20,7 +20,7 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from engines.errors import ContextTooLongError, InvalidRequestError
+from core.errors import ContextTooLongError, InvalidRequestError
 
 FINISH_STOP = "stop"  # EOS, a stop token id or a stop string
 FINISH_LENGTH = "length"  # max_tokens reached (or the context is full)

@@ -22,9 +22,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from core.errors import ModelNotFoundError
 from engines.builtin import BOS, EOS, PAD, SPECIAL_TOKENS, VOCAB_SIZE, build_tokenizer, cache_root
 from engines.builtin import FORMAT_VERSION as TOKENIZER_FORMAT
-from engines.errors import ModelNotFoundError
 from engines.model_cache import build_once
 
 RANDOM_PREFIX = "random:"

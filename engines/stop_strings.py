@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from engines.errors import InvalidRequestError
+from core.errors import InvalidRequestError
 
 
 def validate_stops(stops: Sequence[str]) -> list[str]:

@@ -55,10 +55,10 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from core.errors import EngineConfigError, EngineDeadError, InvalidRequestError
 from engines.checkpoint import CheckpointInfo, validate_checkpoint, visible_gpu_count
 from engines.coalesce import coalesce
 from engines.config import TRTLLMEngineConfig
-from engines.errors import EngineConfigError, EngineDeadError, InvalidRequestError
 from engines.protocol import (
     FINISH_ABORT,
     FINISH_LENGTH,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from engines.errors import InvalidRequestError
+from core.errors import InvalidRequestError
 from router.config import RouterConfig
 from router.types import SLO, RequestFeatures
 
@@ -31,7 +31,7 @@ def features_from_headers(
     """The router's view of one request; ``priority`` None takes the tier's; ``sampling_fields``: the optional
     sampling fields it asks for (``SamplingParams.requested_fields()``).
 
-    Raises :class:`~engines.errors.InvalidRequestError` (``param`` = the header) for an unknown tier or
+    Raises :class:`~core.errors.InvalidRequestError` (``param`` = the header) for an unknown tier or
     a target that is not a positive number of milliseconds.
     """
     # HTTP header names are case-insensitive; a plain dict (tests, the bench) need not be lower-cased.

@@ -18,7 +18,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
-from engines.errors import AuthenticationError, EngineConfigError, OverloadedError
+from core.errors import AuthenticationError, EngineConfigError, OverloadedError
 
 
 class ApiKeyConfig(BaseModel):

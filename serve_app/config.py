@@ -2,7 +2,7 @@
 
 ``serve run serve_config.yaml`` hands the application's ``args`` to ``serve_app.app:build_app``, which
 calls :func:`load_app_config`. Every mistake this schema can see is reported there, at deploy time, as
-one :class:`~engines.errors.EngineConfigError` that lists each problem as ``<field path>: <message>``
+one :class:`~core.errors.EngineConfigError` that lists each problem as ``<field path>: <message>``
 (for example ``variants[1].name: duplicate variant name 'tiny'``), instead of surfacing later as a
 replica that cannot be placed or an engine that crashes while loading.
 
@@ -24,8 +24,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from cluster.placement import replica_placement
+from core.errors import EngineConfigError
 from engines.config import EngineConfig
-from engines.errors import EngineConfigError
 from router import LatencyProfile, RouterConfig
 from serve_app.auth import AuthConfig
 from serve_app.ray_compat import fixed_replicas

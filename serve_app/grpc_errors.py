@@ -1,44 +1,23 @@
-"""The one place where the project's errors become gRPC statuses (``errors.py`` is its HTTP twin).
+"""The gRPC boundary: the project's errors as gRPC statuses, by ``core/error_table.py`` (``errors.py`` is its
+HTTP twin).
 
-Each error class maps to one status code, most specific class first; anything that is not one of ours is an
-opaque INTERNAL (the log has the traceback, via ``errors.describe``). Errors that say "retry later" carry
-when, three ways, so that every kind of client finds it: ``retry-after`` (seconds, as HTTP's header),
-``grpc-retry-pushback-ms`` (what gRPC's own retry policy reads) and a ``google.rpc.RetryInfo`` in
-``grpc-status-details-bin`` (the rich error model: ``grpc_status.rpc_status.from_call``). An error about one
-request field names it in ``error-param`` (OpenAI's ``error.param``).
+Each error class has its row's status code; anything that is not one of ours is an opaque INTERNAL (the log has
+the traceback, via ``errors.describe``). Errors that say "retry later" carry when, three ways, so that every
+kind of client finds it: ``retry-after`` (seconds, as HTTP's header), ``grpc-retry-pushback-ms`` (what gRPC's
+own retry policy reads) and a ``google.rpc.RetryInfo`` in ``grpc-status-details-bin`` (the rich error model:
+``grpc_status.rpc_status.from_call``). An error about one request field names it in ``error-param`` (OpenAI's
+``error.param``).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
 import grpc
 
-from engines.errors import (
-    AuthenticationError,
-    EngineDeadError,
-    InvalidRequestError,
-    ModelNotFoundError,
-    OverloadedError,
-    PermissionDeniedError,
-    RequestTimeoutError,
-    ServingError,
-    UnavailableError,
-)
-
-# Most specific first: the first matching class decides (ModelNotFoundError is an InvalidRequestError).
-_CODES: list[tuple[type[ServingError], grpc.StatusCode]] = [
-    (ModelNotFoundError, grpc.StatusCode.NOT_FOUND),
-    (InvalidRequestError, grpc.StatusCode.INVALID_ARGUMENT),
-    (AuthenticationError, grpc.StatusCode.UNAUTHENTICATED),
-    (PermissionDeniedError, grpc.StatusCode.PERMISSION_DENIED),
-    (OverloadedError, grpc.StatusCode.RESOURCE_EXHAUSTED),
-    (UnavailableError, grpc.StatusCode.UNAVAILABLE),
-    (EngineDeadError, grpc.StatusCode.UNAVAILABLE),
-    (RequestTimeoutError, grpc.StatusCode.DEADLINE_EXCEEDED),
-]
+from core.error_table import retry_after_seconds, row_for
+from core.errors import ServingError
 
 RETRY_AFTER = "retry-after"
 RETRY_PUSHBACK_MS = "grpc-retry-pushback-ms"
@@ -64,17 +43,17 @@ def grpc_status(exc: BaseException) -> GrpcStatus:
     """The status for any exception: ours by class, anything else INTERNAL without internals."""
     if not isinstance(exc, ServingError):
         return GrpcStatus(grpc.StatusCode.INTERNAL, "Internal server error.")
-    code = next((code for cls, code in _CODES if isinstance(exc, cls)), grpc.StatusCode.INTERNAL)
+    code = grpc.StatusCode[row_for(exc).grpc_code]
     metadata: list[tuple[str, str | bytes]] = []
     if exc.param:
         metadata.append((ERROR_PARAM, exc.param))
-    if isinstance(exc, OverloadedError | UnavailableError):
-        metadata.extend(_retry_metadata(code, exc.message, exc.retry_after_s))
+    seconds = retry_after_seconds(exc)
+    if seconds is not None:
+        metadata.extend(_retry_metadata(code, exc.message, seconds))
     return GrpcStatus(code, exc.message, tuple(metadata))
 
 
-def _retry_metadata(code: grpc.StatusCode, message: str, retry_after_s: float) -> list[tuple[str, str | bytes]]:
-    seconds = max(1, math.ceil(retry_after_s)) if math.isfinite(retry_after_s) else 60
+def _retry_metadata(code: grpc.StatusCode, message: str, seconds: int) -> list[tuple[str, str | bytes]]:
     # Imported here: the protobuf modules load only when a retryable error is first answered.
     from google.protobuf import any_pb2, duration_pb2
     from google.rpc import error_details_pb2, status_pb2

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from engines.errors import InvalidRequestError
+from core.errors import InvalidRequestError
 from engines.protocol import Delta
 from router.headers import TIER_HEADER, TPOT_HEADER, TTFT_HEADER
 from serve_app.grpc_api import llm_pb2

@@ -36,7 +36,7 @@ from ray.serve.grpc_util import RayServegRPCContext
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from engines.errors import (
+from core.errors import (
     ContextTooLongError,
     EngineDeadError,
     InvalidRequestError,

@@ -29,7 +29,7 @@ from typing import Any
 
 from ray import serve
 
-from engines.errors import OverloadedError
+from core.errors import OverloadedError
 from serve_app.auth import KeyStore, Principal
 
 logger = logging.getLogger("ray.serve")

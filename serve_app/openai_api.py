@@ -34,7 +34,7 @@ from pydantic import (
     model_validator,
 )
 
-from engines.errors import InvalidRequestError
+from core.errors import InvalidRequestError
 from engines.protocol import GuidedDecoding, SamplingParams
 from serve_app.tool_calls import NamedToolChoice, Tool, ToolChoice, call_schema
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from jinja2 import TemplateError
 
-from engines.errors import InvalidRequestError
+from core.errors import InvalidRequestError
 from engines.tokenizer import load_tokenizer
 from serve_app.openai_api import ChatMessage
 

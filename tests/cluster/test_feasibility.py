@@ -10,7 +10,7 @@ import pytest
 
 from cluster.feasibility import check_feasibility, ensure_feasible, fits_all
 from cluster.shape import parse_shape
-from engines.errors import EngineConfigError
+from core.errors import EngineConfigError
 from serve_app.config import AppConfig, load_app_config, load_config_file
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -32,7 +32,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from cluster.feasibility import ensure_feasible_on_live_cluster
 from cluster.local import LocalClusterSpec, local_cluster
-from engines.errors import EngineConfigError
+from core.errors import EngineConfigError
 from serve_app.config import VariantConfig, load_app_config
 from tests.conftest import REPO, free_port
 

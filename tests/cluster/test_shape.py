@@ -7,7 +7,7 @@ import math
 import pytest
 
 from cluster.shape import parse_shape, parse_size, shape_from_ray_nodes
-from engines.errors import EngineConfigError
+from core.errors import EngineConfigError
 
 
 def test_groups_of_identical_nodes():

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from core.errors import ModelNotFoundError
 from engines import builtin
 from engines.builtin import BUILTIN_MODELS
-from engines.errors import ModelNotFoundError
 from engines.model_ref import resolve_model
 
 # Loads a builtin directory the way any engine would, in a fresh process with the hub switched off.

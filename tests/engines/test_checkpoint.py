@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from core.errors import EngineConfigError
 from engines.checkpoint import read_checkpoint, validate_checkpoint, validate_engine_config, visible_gpu_count
 from engines.config import OpenAIServerEngineConfig, TRTLLMEngineConfig
-from engines.errors import EngineConfigError
 
 LLAMA = {"model_type": "llama", "torch_dtype": "bfloat16", "num_attention_heads": 32, "max_position_embeddings": 8192}
 

@@ -12,9 +12,9 @@ import contextlib
 
 import pytest
 
+from core.errors import ContextTooLongError, EngineDeadError, InvalidRequestError, OverloadedError
 from engines.config import EmulatedEngineConfig
 from engines.emulated import EmulatedEngine
-from engines.errors import ContextTooLongError, EngineDeadError, InvalidRequestError, OverloadedError
 from engines.presets import PRESETS
 from engines.protocol import Delta, GenerationRequest, SamplingParams
 

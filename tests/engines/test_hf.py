@@ -7,14 +7,14 @@ import contextlib
 
 import pytest
 
-from engines.config import HFEngineConfig
-from engines.errors import (
+from core.errors import (
     ContextTooLongError,
     EngineConfigError,
     EngineDeadError,
     InvalidRequestError,
     ModelNotFoundError,
 )
+from engines.config import HFEngineConfig
 from engines.hf import HFEngine
 from engines.protocol import GenerationRequest, SamplingParams
 

@@ -24,8 +24,8 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from bench.commands import find_command
+from core.errors import EngineConfigError, EngineDeadError, InvalidRequestError
 from engines.config import OpenAIServerEngineConfig
-from engines.errors import EngineConfigError, EngineDeadError, InvalidRequestError
 from engines.factory import make_engine
 from engines.openai_server import completion_body, parse_logprobs, parse_metrics, server_argv
 from engines.protocol import FINISH_LENGTH, FINISH_STOP, GenerationRequest, SamplingParams

@@ -11,8 +11,7 @@ import signal
 import psutil
 import pytest
 
-from engines.config import CoalesceConfig, HFEngineConfig
-from engines.errors import (
+from core.errors import (
     ContextTooLongError,
     EngineConfigError,
     EngineDeadError,
@@ -20,6 +19,7 @@ from engines.errors import (
     ModelNotFoundError,
     OverloadedError,
 )
+from engines.config import CoalesceConfig, HFEngineConfig
 from engines.factory import make_engine
 from engines.hf import HFEngine
 from engines.ipc import delta_from_wire, delta_to_wire, portable_error

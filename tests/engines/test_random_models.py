@@ -3,9 +3,9 @@ from pathlib import Path
 
 import pytest
 
+from core.errors import ModelNotFoundError
 from engines import random_models
 from engines.builtin import build_tokenizer
-from engines.errors import ModelNotFoundError
 from engines.model_ref import resolve_model
 from engines.random_models import RANDOM_SHAPES, llama_config
 

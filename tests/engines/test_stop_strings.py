@@ -1,6 +1,6 @@
 import pytest
 
-from engines.errors import InvalidRequestError
+from core.errors import InvalidRequestError
 from engines.stop_strings import StopStringMatcher
 
 

@@ -8,7 +8,7 @@ import sys
 import pytest
 from transformers import AutoTokenizer
 
-from engines.errors import EngineConfigError
+from core.errors import EngineConfigError
 from engines.model_ref import resolve_model
 from engines.tokenizer import FastTokenizer, load_tokenizer
 

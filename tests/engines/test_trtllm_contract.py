@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from core.errors import EngineConfigError, EngineDeadError, InvalidRequestError
 from engines.config import KvCacheSettings, TRTLLMEngineConfig
-from engines.errors import EngineConfigError, EngineDeadError, InvalidRequestError
 from engines.factory import make_engine
 from engines.protocol import (
     FINISH_LENGTH,

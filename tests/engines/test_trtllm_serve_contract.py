@@ -17,8 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from core.errors import EngineConfigError, InvalidRequestError
 from engines.config import DEFAULT_LLM_API_OPTIONS, OpenAIServerEngineConfig
-from engines.errors import EngineConfigError, InvalidRequestError
 from engines.factory import make_engine
 from engines.openai_server import server_argv
 from engines.protocol import (

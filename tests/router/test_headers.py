@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engines.errors import InvalidRequestError
+from core.errors import InvalidRequestError
 from router import SLO, RouterConfig, SLOTier, features_from_headers
 
 CONFIG = RouterConfig(

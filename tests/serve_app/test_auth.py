@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from engines.errors import AuthenticationError, EngineConfigError, OverloadedError
+from core.errors import AuthenticationError, EngineConfigError, OverloadedError
 from serve_app.auth import ApiKeyConfig, AuthConfig, KeyStore
 
 

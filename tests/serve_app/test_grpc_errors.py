@@ -6,7 +6,7 @@ import grpc
 import pytest
 from google.rpc import error_details_pb2, status_pb2
 
-from engines.errors import (
+from core.errors import (
     AuthenticationError,
     ContextTooLongError,
     EngineConfigError,
@@ -14,11 +14,11 @@ from engines.errors import (
     InvalidRequestError,
     ModelNotFoundError,
     OverloadedError,
+    PayloadTooLargeError,
     PermissionDeniedError,
     RequestTimeoutError,
     UnavailableError,
 )
-from serve_app.errors import PayloadTooLargeError
 from serve_app.grpc_errors import grpc_status
 
 CASES = [

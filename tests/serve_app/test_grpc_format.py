@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engines.errors import InvalidRequestError
+from core.errors import InvalidRequestError
 from engines.protocol import Delta
 from router import Prediction
 from serve_app.grpc_api import llm_pb2

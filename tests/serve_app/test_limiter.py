@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from engines.errors import OverloadedError
+from core.errors import OverloadedError
 from serve_app.auth import ApiKeyConfig, AuthConfig, KeyStore
 from serve_app.limiter import LEASE_SHARE, KeyLimits, Ledger, SharedLimits
 

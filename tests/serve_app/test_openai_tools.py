@@ -18,7 +18,7 @@ import pytest
 from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from engines.errors import InvalidRequestError
+from core.errors import InvalidRequestError
 from engines.protocol import GuidedDecoding, TokenLogprob
 from serve_app.openai_api import ChatCompletionRequest, CompletionRequest, parse_request
 from serve_app.openai_format import ResponseShape, openai_finish_reason

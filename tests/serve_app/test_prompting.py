@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engines.errors import InvalidRequestError
+from core.errors import InvalidRequestError
 from serve_app.openai_api import ChatMessage
 from serve_app.prompting import PromptBuilder
 

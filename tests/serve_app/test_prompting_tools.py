@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from engines.errors import InvalidRequestError
+from core.errors import InvalidRequestError
 from serve_app.openai_api import ChatMessage
 from serve_app.prompting import PromptBuilder
 
