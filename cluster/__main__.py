@@ -14,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from core.errors import EngineConfigError
+from core.errors import ConfigError
 
 
 def _check(options: argparse.Namespace) -> int:
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         options.image = DEFAULT_IMAGE
     try:
         return int(options.run(options))
-    except (EngineConfigError, RuntimeError) as error:
+    except (ConfigError, RuntimeError) as error:
         print(getattr(error, "message", str(error)), file=sys.stderr)
         return 1
 

@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 
 from cluster.placement import ACCELERATOR_RESOURCE_PREFIX, replica_bundles, tensor_parallel_size
 from cluster.shape import ClusterShape, NodeShape, read_live_shape
-from core.errors import EngineConfigError
+from core.errors import ConfigError
 from serve_app.config import AppConfig, VariantConfig
 
 INGRESS = "ingress"
@@ -317,11 +317,11 @@ def fits_all(config: AppConfig, shape: ClusterShape, replicas: dict[str, int]) -
 
 
 def ensure_feasible(config: AppConfig, shape: ClusterShape) -> FeasibilityReport:
-    """:func:`check_feasibility`, raising EngineConfigError that lists every problem when a replica cannot fit."""
+    """:func:`check_feasibility`, raising ConfigError that lists every problem when a replica cannot fit."""
     report = check_feasibility(config, shape)
     if not report.ok:
         lines = "\n".join(f"  {problem}" for problem in report.problems)
-        raise EngineConfigError(f"the app's replicas cannot be placed on this cluster ({report.cluster}):\n{lines}")
+        raise ConfigError(f"the app's replicas cannot be placed on this cluster ({report.cluster}):\n{lines}")
     return report
 
 

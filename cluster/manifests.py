@@ -25,7 +25,7 @@ import yaml
 from cluster.feasibility import fits_all, max_replicas
 from cluster.placement import accelerator_resource
 from cluster.shape import ClusterShape, NodeShape
-from core.errors import EngineConfigError
+from core.errors import ConfigError
 from serve_app.config import AppConfig, load_config_file
 from serve_app.fast_path import FAST_PATH_ENV
 
@@ -64,14 +64,14 @@ HEAD_NODE = NodeTemplate("m7i.8xlarge", gpus=0, cpus=32, memory_gib=128, pod_cpu
 def _accelerator_type(config: AppConfig) -> str:
     kinds = {variant.resources.accelerator_type for variant in config.variants if variant.resources.num_gpus > 0}
     if len(kinds) != 1 or None in kinds:
-        raise EngineConfigError(
+        raise ConfigError(
             "manifests need every GPU variant to name the same resources.accelerator_type "
             f"(found {sorted(str(kind) for kind in kinds)})"
         )
     kind = kinds.pop()
     assert kind is not None  # for mypy: None was refused above
     if kind not in GPU_NODES:
-        raise EngineConfigError(f"no GPU node type known for accelerator type {kind!r} (known: {sorted(GPU_NODES)})")
+        raise ConfigError(f"no GPU node type known for accelerator type {kind!r} (known: {sorted(GPU_NODES)})")
     return kind
 
 
@@ -91,7 +91,7 @@ def workers_needed(config: AppConfig, accelerator: str, replicas: dict[str, int]
         )
         if fits_all(config, shape, replicas):
             return workers
-    raise EngineConfigError(
+    raise ConfigError(
         f"the app does not fit on {MAX_WORKERS_SEARCHED} {accelerator} nodes of {GPU_NODES[accelerator].gpus} GPUs; "
         "check it with python -m cluster check"
     )

@@ -26,7 +26,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from cluster.placement import ACCELERATOR_RESOURCE_PREFIX, accelerator_resource
-from core.errors import EngineConfigError
+from core.errors import ConfigError
 
 UNBOUNDED = math.inf
 _GROUP = re.compile(r"^(?P<count>\d+)x(?P<gpus>\d+)(?:x(?P<type>[A-Za-z0-9_.-]+))?(?::(?P<extra>.+))?$")
@@ -89,20 +89,18 @@ def parse_size(text: str) -> float:
 def _group_nodes(index: int, group: str) -> list[NodeShape]:
     match = _GROUP.match(group.strip())
     if match is None:
-        raise EngineConfigError(
-            f"cluster shape group {group!r}: expected COUNTxGPUS[xTYPE][:key=value,...], e.g. 2x4xH100"
-        )
+        raise ConfigError(f"cluster shape group {group!r}: expected COUNTxGPUS[xTYPE][:key=value,...], e.g. 2x4xH100")
     resources: dict[str, float] = {"CPU": UNBOUNDED, "memory": UNBOUNDED, "GPU": float(match["gpus"])}
     if match["type"]:
         if int(match["gpus"]) == 0:
-            raise EngineConfigError(f"cluster shape group {group!r}: an accelerator type needs GPUs")
+            raise ConfigError(f"cluster shape group {group!r}: an accelerator type needs GPUs")
         resources[accelerator_resource(match["type"])] = 1.0
     for item in (match["extra"] or "").split(","):
         if not item:
             continue
         key, sep, value = item.partition("=")
         if not sep:
-            raise EngineConfigError(f"cluster shape group {group!r}: {item!r} is not key=value")
+            raise ConfigError(f"cluster shape group {group!r}: {item!r} is not key=value")
         try:
             if key == "cpus":
                 resources["CPU"] = float(value)
@@ -111,7 +109,7 @@ def _group_nodes(index: int, group: str) -> list[NodeShape]:
             else:
                 resources[key] = float(value)
         except ValueError as error:
-            raise EngineConfigError(f"cluster shape group {group!r}: {key}: {error}") from None
+            raise ConfigError(f"cluster shape group {group!r}: {key}: {error}") from None
     return [
         NodeShape(name=f"group{index}-node{node}", resources=dict(resources)) for node in range(int(match["count"]))
     ]
@@ -122,7 +120,7 @@ def parse_shape(spec: str | Iterable[str]) -> ClusterShape:
     specs = [spec] if isinstance(spec, str) else list(spec)
     groups = [group for text in specs for group in text.split("+") if group.strip()]
     if not groups:
-        raise EngineConfigError("empty cluster shape: give at least one group, e.g. 2x4xH100")
+        raise ConfigError("empty cluster shape: give at least one group, e.g. 2x4xH100")
     return ClusterShape(nodes=[node for index, group in enumerate(groups) for node in _group_nodes(index, group)])
 
 

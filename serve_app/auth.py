@@ -18,7 +18,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
-from core.errors import AuthenticationError, EngineConfigError, OverloadedError
+from core.errors import AuthenticationError, ConfigError, OverloadedError
 
 
 class ApiKeyConfig(BaseModel):
@@ -49,7 +49,7 @@ class ApiKeyConfig(BaseModel):
             return self.key.get_secret_value()
         value = os.environ.get(self.key_env or "")
         if not value:
-            raise EngineConfigError(f"auth.keys[{self.name}].key_env: environment variable {self.key_env!r} is unset")
+            raise ConfigError(f"auth.keys[{self.name}].key_env: environment variable {self.key_env!r} is unset")
         return value
 
 
@@ -76,7 +76,7 @@ class AuthConfig(BaseModel):
             try:
                 entries = yaml.safe_load(Path(self.keys_file).read_text()) or []
             except OSError as e:
-                raise EngineConfigError(f"auth.keys_file: cannot read {self.keys_file!r}: {e}") from e
+                raise ConfigError(f"auth.keys_file: cannot read {self.keys_file!r}: {e}") from e
             keys += [ApiKeyConfig.model_validate(entry) for entry in entries]
         return keys
 

@@ -10,7 +10,7 @@ import pytest
 
 from cluster.feasibility import check_feasibility, ensure_feasible, fits_all
 from cluster.shape import parse_shape
-from core.errors import EngineConfigError
+from core.errors import ConfigError
 from serve_app.config import AppConfig, load_app_config, load_config_file
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,7 +47,7 @@ def test_tp8_on_four_gpu_nodes_names_the_variant_and_the_gpu_count():
 
 
 def test_h100_variant_on_l40s_cluster_names_the_missing_accelerator_type():
-    with pytest.raises(EngineConfigError) as info:
+    with pytest.raises(ConfigError) as info:
         ensure_feasible(app(gpu_variant("fast", 1)), parse_shape("2x8xL40S"))
 
     assert "fast: needs accelerator type 'H100' but no node has it (the cluster has L40S)" in info.value.message

@@ -32,7 +32,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from cluster.feasibility import ensure_feasible_on_live_cluster
 from cluster.local import LocalClusterSpec, local_cluster
-from core.errors import EngineConfigError
+from core.errors import ConfigError
 from serve_app.config import VariantConfig, load_app_config
 from tests.conftest import REPO, free_port
 
@@ -178,7 +178,7 @@ def _one_gpu_replicas() -> list[dict[str, Any]]:
 def _feasibility_error(app: dict[str, Any]) -> str | None:
     try:
         ensure_feasible_on_live_cluster(load_app_config(app))
-    except EngineConfigError as e:
+    except ConfigError as e:
         return e.message
     return None
 

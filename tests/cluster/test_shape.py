@@ -7,7 +7,7 @@ import math
 import pytest
 
 from cluster.shape import parse_shape, parse_size, shape_from_ray_nodes
-from core.errors import EngineConfigError
+from core.errors import ConfigError
 
 
 def test_groups_of_identical_nodes():
@@ -38,7 +38,7 @@ def test_several_specs_add_up():
 
 @pytest.mark.parametrize("spec", ["", "4xH100", "2x4xH100:cpus", "1x0xH100", "2x4:memory=lots"])
 def test_bad_specs_are_refused(spec: str):
-    with pytest.raises(EngineConfigError):
+    with pytest.raises(ConfigError):
         parse_shape(spec)
 
 

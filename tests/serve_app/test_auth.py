@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from core.errors import AuthenticationError, EngineConfigError, OverloadedError
+from core.errors import AuthenticationError, ConfigError, OverloadedError
 from serve_app.auth import ApiKeyConfig, AuthConfig, KeyStore
 
 
@@ -39,7 +39,7 @@ def test_key_from_environment(monkeypatch):
     store = KeyStore(AuthConfig(keys=[ApiKeyConfig(name="alice", key_env="ALICE_KEY")]))
     assert store.authenticate("Bearer from-env").name == "alice"
     monkeypatch.delenv("ALICE_KEY")
-    with pytest.raises(EngineConfigError, match="ALICE_KEY"):
+    with pytest.raises(ConfigError, match="ALICE_KEY"):
         KeyStore(AuthConfig(keys=[ApiKeyConfig(name="alice", key_env="ALICE_KEY")]))
 
 
