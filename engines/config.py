@@ -9,16 +9,12 @@ from __future__ import annotations
 import string
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
+from core.config import StrictModel
 from engines.presets import EMULATED_PREFIX, PRESETS
 from engines.profile import EngineProfile
 from engines.protocol import GUIDED_FIELDS, SAMPLING_FIELDS
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
 
 # The optional sampling fields (engines.protocol.SAMPLING_FIELDS) each backend implements; docs/openai-api.md has
 # the table. transformers' continuous batching takes per request only temperature, top_p and top_k
@@ -43,7 +39,7 @@ OPENAI_EXTENSION_FIELDS = frozenset(
 )
 
 
-class CoalesceConfig(_Strict):
+class CoalesceConfig(StrictModel):
     """How the engine replica gathers tokens before sending them through Ray (DESIGN.md principle 4)."""
 
     interval_ms: float = Field(
@@ -58,7 +54,7 @@ class CoalesceConfig(_Strict):
     )
 
 
-class HFEngineConfig(_Strict):
+class HFEngineConfig(StrictModel):
     """The embedded engine: transformers continuous batching, on CPU or CUDA."""
 
     backend: Literal["hf"] = "hf"
@@ -145,7 +141,7 @@ _QUANTIZATION_DESCRIPTION = (
 )
 
 
-class KvCacheSettings(_Strict):
+class KvCacheSettings(StrictModel):
     """TensorRT-LLM's KV cache settings (``tensorrt_llm.llmapi.KvCacheConfig``)."""
 
     free_gpu_memory_fraction: float = Field(
@@ -162,7 +158,7 @@ class KvCacheSettings(_Strict):
     )
 
 
-class TRTLLMEngineConfig(_Strict):
+class TRTLLMEngineConfig(StrictModel):
     """TensorRT-LLM in-process (``tensorrt_llm.LLM``): needs tensorrt_llm importable beside ray[serve]."""
 
     backend: Literal["trtllm"] = "trtllm"
@@ -324,7 +320,7 @@ def is_trtllm_serve(command: list[str]) -> bool:
     return bool(command) and command[0].replace("\\", "/").rsplit("/", 1)[-1] == "trtllm-serve"
 
 
-class OpenAIServerEngineConfig(_Strict):
+class OpenAIServerEngineConfig(StrictModel):
     """An engine server process per replica (default: trtllm-serve), or a running server, over the OpenAI API."""
 
     backend: Literal["openai_server"] = "openai_server"
@@ -517,7 +513,7 @@ class OpenAIServerEngineConfig(_Strict):
         return self.max_batch_size or settings.get("max_batch_size")
 
 
-class EmulatedEngineConfig(_Strict):
+class EmulatedEngineConfig(StrictModel):
     """An engine that keeps a real engine's time without doing its work (engines/emulated.py, docs/emulated.md).
 
     It steps the profile's continuous batch on the real clock and streams real token ids of ``tokenizer``

@@ -18,13 +18,13 @@ router with what the modelled engine really does (as a measured profile would in
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from core.config import StrictModel
 
 
-class EngineProfile(BaseModel):
+class EngineProfile(StrictModel):
     """The speed and limits of one replica of a variant; see the module docstring for the step model."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     source: str = Field("", description="Where the figures come from: a bench run, a paper, a roofline estimate.")
     gpus_per_replica: int = Field(1, ge=1, description="GPUs one replica holds (its tensor-parallel size).")
@@ -71,15 +71,13 @@ class EngineProfile(BaseModel):
         )
 
 
-class Roofline(BaseModel):
+class Roofline(StrictModel):
     """A first-principles estimate of a decoder-only transformer's speed on one tensor-parallel group.
 
     Decode is bound by HBM bandwidth (every step reads all weights once, and each sequence's KV cache);
     prefill is bound by matrix FLOPs (2 x parameters per token). Achieved fractions of the peaks are
     assumptions, stated per field; real engines land within tens of percent of such estimates.
     """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     params_b: float = Field(gt=0, description="Parameters, in billions.")
     bytes_per_param: float = Field(gt=0, description="Weight bytes per parameter: 0.5 INT4, 1 FP8, 2 BF16.")

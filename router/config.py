@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationInfo, field_validator
+from pydantic import Field, StringConstraints, ValidationInfo, field_validator
+
+from core.config import StrictModel
 
 # Tier names travel in an HTTP header (x-slo-tier) and become metric labels: keep them plain.
 TIER_NAME_PATTERN = r"^[a-zA-Z0-9][a-zA-Z0-9._-]{0,62}$"
@@ -20,12 +22,7 @@ Objective = Literal["quality", "cost"]
 OnViolation = Literal["degrade", "reject"]
 
 
-class _Strict(BaseModel):
-    # A typo in a YAML key must fail the deploy, not silently fall back to a default.
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class LatencyProfile(_Strict):
+class LatencyProfile(StrictModel):
     """Measured (or estimated) speed of one variant's replica; seeds its latency model before it learns.
 
     The defaults are deliberately pessimistic for a GPU replica: an unprofiled variant is assumed slow
@@ -75,7 +72,7 @@ class LatencyProfile(_Strict):
     )
 
 
-class SLOTier(_Strict):
+class SLOTier(StrictModel):
     """A named class of service a client asks for with the ``x-slo-tier`` header."""
 
     ttft_ms: float | None = Field(
@@ -108,7 +105,7 @@ def _default_tiers() -> dict[str, SLOTier]:
     }
 
 
-class RouterConfig(_Strict):
+class RouterConfig(StrictModel):
     """How the ingress picks a variant for each request of the public model."""
 
     policy: Policy = Field(

@@ -16,15 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, model_validator
 
+from core.config import StrictModel
 from core.errors import AuthenticationError, ConfigError, OverloadedError
 
 
-class ApiKeyConfig(BaseModel):
+class ApiKeyConfig(StrictModel):
     """One client credential and its limits."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(min_length=1, description="Shown in logs and metrics instead of the key.")
     key: SecretStr | None = Field(None, description="The key itself (prefer key_env or a keys_file).")
@@ -53,10 +52,8 @@ class ApiKeyConfig(BaseModel):
         return value
 
 
-class AuthConfig(BaseModel):
+class AuthConfig(StrictModel):
     """API keys for /v1/*; with none configured, the endpoint is open."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     keys: list[ApiKeyConfig] = Field(default_factory=list, description="Accepted API keys and their limits.")
     keys_file: str | None = Field(
