@@ -52,7 +52,7 @@ from collections.abc import Mapping, Sequence
 
 from router.baselines import BASELINES
 from router.config import RouterConfig
-from router.latency import LatencyModel, Load
+from router.latency import _MAX_PREFILL_SHARE, LatencyModel, Load
 from router.load import queue_bound, replica_load, serving_replicas
 from router.reservation import crowded_out, record_exclusive, reserve_room
 from router.shedding import is_hopeless
@@ -117,6 +117,11 @@ def _decide(
     predictions: dict[str, Prediction] = {}
     admissible: list[VariantView] = []
     sure: list[VariantView] = []
+    # Of the admissible ones also the mean prediction's ratio to the targets and which are likely to meet (see
+    # _route_slo): a division or two each here, against a second pass over them that most decisions made
+    # (for the likely pick, the reservation's other options, the degrade).
+    likely: list[VariantView] = []
+    expected: dict[str, float] = {}
     for view in candidates:
         load = _idle_load(view) if idle else replica_load(view, config)
         prediction = judge.predict(view.latency, load)
@@ -127,9 +132,13 @@ def _decide(
             admissible.append(view)
             if prediction.meets_slo:
                 sure.append(view)
+            ratio = judge.ratio
+            expected[name] = ratio
+            if ratio <= 1.0:
+                likely.append(view)
 
     if config.policy == "slo":
-        return _route_slo(request, candidates, loads, predictions, admissible, sure, config, state)
+        return _route_slo(request, candidates, loads, predictions, admissible, sure, likely, expected, config, state)
     choose, reason = BASELINES[config.policy]
     chosen = choose(request, candidates, loads, config, state)
     if loads[chosen.name].waiting_for_slot > bound:
@@ -145,9 +154,21 @@ def predict(request: RequestFeatures, view: VariantView, load: Load, config: Rou
 
 class _Judge:
     """Predicts and judges one request on each candidate: what depends only on the request and the config
-    (its targets shrunk by the headroom, the margin scale) is worked out once per decision, not per candidate."""
+    (its targets shrunk by the headroom, the margin scale) is worked out once per decision, not per candidate.
 
-    __slots__ = ("margin_scale", "prompt_tokens", "tpot_limit", "tpot_target", "ttft_limit", "ttft_target")
+    :meth:`predict` is ``LatencyModel.predict_request`` with the judging written into it, reading the model's
+    snapshot (``LatencyModel._coefficients``) directly: one call per candidate instead of three, and each load
+    figure read once (tests/router/test_route_equivalence.py holds it to the long forms)."""
+
+    __slots__ = (
+        "margin_scale",
+        "prompt_tokens",
+        "ratio",
+        "tpot_limit",
+        "tpot_target",
+        "ttft_limit",
+        "ttft_target",
+    )
 
     def __init__(self, request: RequestFeatures, config: RouterConfig) -> None:
         slo = request.slo
@@ -160,31 +181,95 @@ class _Judge:
         # A single-token answer has no time per output token to miss.
         self.tpot_target = slo.tpot_ms if request.max_tokens > 1 else None
         self.tpot_limit = None if self.tpot_target is None else self.tpot_target * scale
+        # The last prediction's mean figures' largest ratio to a target (see _route_slo), set by predict.
+        self.ratio = 0.0
 
     def predict(self, model: LatencyModel, load: Load) -> Prediction:
         prompt_tokens = self.prompt_tokens
-        ttft, tpot = model.predict_request(prompt_tokens, load)
-        ttft_upper = ttft * (1.0 + self.margin_scale * model.ttft_margin)
-        tpot_upper = tpot * (1.0 + self.margin_scale * model.tpot_margin)
+        # LatencyModel.predict_request, inline (keep the two in step; tests/router/test_latency.py checks it).
+        (
+            at_batch_1,
+            per_extra_seq,
+            ms_per_prefill_token,
+            per_context_token,
+            base,
+            ms_per_token,
+            mean_output_tokens,
+            steps,
+        ) = model._coefficients
+        running_now = load.running
+        rate = load.prefill_tokens_per_s
+        share = ms_per_prefill_token * (rate if rate > 0.0 else 0.0) / 1000.0
+        free = 1.0 - (share if share < _MAX_PREFILL_SHARE else _MAX_PREFILL_SHARE)
+        context = load.context_tokens
+        max_running = load.max_running
+        batch = running_now + load.queued + 1.0  # Load.batch_when_running, inline
+        if max_running < batch:
+            batch = float(max_running)
+        batch_ms = per_extra_seq * (batch - 1.0 if batch > 1.0 else 0.0)
+        context_ms = per_context_token * (context + prompt_tokens)
+        tpot = (at_batch_1 + batch_ms + context_ms) / free
+        measured_tpot_ms = load.measured_tpot_ms
+        tpot_margin = model._tpot_error.value
+        if measured_tpot_ms > 0.0:
+            measured_batch = load.measured_batch if load.measured_batch > 1.0 else 1.0
+            at_measured = (at_batch_1 + per_extra_seq * (measured_batch - 1.0) + per_context_token * context) / free
+            lift = 1.0 + tpot_margin
+            measured = measured_tpot_ms * tpot / at_measured / lift
+            if measured > tpot:
+                tpot = measured
+        waiting_for_slot = load.waiting_for_slot
+        slot_wait = 0.0
+        if waiting_for_slot:
+            # The running batch's TPOT, for the wait for a slot (only then: most candidates have a free one).
+            running = running_now if running_now > 1.0 else 1.0
+            tpot_running = (at_batch_1 + per_extra_seq * (running - 1.0) + per_context_token * context) / free
+            if measured_tpot_ms > 0.0:
+                measured = measured_tpot_ms * tpot_running / at_measured / lift
+                if measured > tpot_running:
+                    tpot_running = measured
+            tokens_left = load.decode_tokens_left
+            if tokens_left is None:
+                tokens_left = mean_output_tokens
+            elif tokens_left < 1.0:
+                tokens_left = 1.0
+            slot_wait = waiting_for_slot * tokens_left * tpot_running / running
+        queued_prompt_tokens = load.queued_prompt_tokens
+        ttft = (
+            base
+            + (prompt_tokens + queued_prompt_tokens) * ms_per_token
+            + slot_wait
+            + steps * (batch_ms + context_ms)
+            + load.startup_ms
+        )
+
+        margin_scale = self.margin_scale
+        ttft_upper = ttft * (1.0 + margin_scale * model._ttft_error.value)
+        tpot_upper = tpot * (1.0 + margin_scale * tpot_margin)
         violation = 0.0
         slack = 1.0
         # Conditionals rather than min/max calls: this runs for every candidate of every decision.
-        if self.ttft_limit is not None:
-            ratio = ttft_upper / self.ttft_limit
+        limit = self.ttft_limit
+        if limit is not None:
+            ratio = ttft_upper / limit
             if ratio > 1.0:
                 violation += ratio - 1.0
             if 1.0 - ratio < slack:
                 slack = 1.0 - ratio
-        if self.tpot_limit is not None:
-            ratio = tpot_upper / self.tpot_limit
+        limit = self.tpot_limit
+        if limit is not None:
+            ratio = tpot_upper / limit
             if ratio > 1.0:
                 violation += ratio - 1.0
             if 1.0 - ratio < slack:
                 slack = 1.0 - ratio
-        # Load.batch_when_running, inline.
-        batch = load.running + load.queued + 1.0
-        if load.max_running < batch:
-            batch = float(load.max_running)
+        # The mean figures' largest ratio to a target (a single-token answer has no TPOT target here either).
+        target = self.ttft_target
+        mean_ratio = 0.0 if target is None else ttft / target
+        target = self.tpot_target
+        if target is not None and tpot / target > mean_ratio:
+            mean_ratio = tpot / target
+        self.ratio = mean_ratio
         # Positional, in Prediction's field order (keywords cost more than the judging above).
         return Prediction(
             ttft,
@@ -192,41 +277,13 @@ class _Judge:
             violation == 0.0,  # meets_slo
             violation,
             batch,  # batch_size
-            load.queued_prompt_tokens,  # queued_tokens_ahead
-            load.waiting_for_slot,
-            load.context_tokens + prompt_tokens,  # context_tokens
+            queued_prompt_tokens,  # queued_tokens_ahead
+            waiting_for_slot,
+            context + prompt_tokens,  # context_tokens
             ttft_upper,  # ttft_upper_ms
             tpot_upper,  # tpot_upper_ms
             slack,
         )
-
-
-def _mean_ratios(
-    request: RequestFeatures, admissible: Sequence[VariantView], predictions: Mapping[str, Prediction]
-) -> tuple[list[VariantView], dict[str, float]]:
-    """The variants whose *mean* prediction meets the SLO (``likely``), and each admissible one's mean
-    prediction's largest ratio to a target (above 1: a miss): where a request that no variant is sure to meet
-    has its best chance. The conservative figures judge "sure to meet"; they are the wrong measure here,
-    because a busy variant's error margin is wide and would make it look worse than a slower variant that
-    will in fact miss. A ratio, not an overshoot, so that among variants whose mean prediction meets the
-    targets the one with the most room wins. Worked out only where a decision reads them: when no variant is
-    sure, for the reservation's other options, for the yield and the degrade."""
-    ttft_target = request.slo.ttft_ms
-    # A single-token answer has no time per output token to miss.
-    tpot_target = request.slo.tpot_ms if request.max_tokens > 1 else None
-    likely = []
-    expected = {}
-    for view in admissible:
-        prediction = predictions[view.name]
-        ratio = 0.0 if ttft_target is None else prediction.ttft_ms / ttft_target
-        if tpot_target is not None:
-            tpot_ratio = prediction.tpot_ms / tpot_target
-            if tpot_ratio > ratio:
-                ratio = tpot_ratio
-        expected[view.name] = ratio
-        if ratio <= 1.0:
-            likely.append(view)
-    return likely, expected
 
 
 def _route_slo(
@@ -236,16 +293,23 @@ def _route_slo(
     predictions: dict[str, Prediction],
     admissible: list[VariantView],
     sure: list[VariantView],
+    likely: list[VariantView],
+    expected: dict[str, float],
     config: RouterConfig,
     state: RouterState,
 ) -> Decision:
+    """The SLO policy's pick among ``candidates``.
+
+    ``likely`` are the admissible variants whose *mean* prediction meets the SLO, and ``expected`` each
+    admissible one's mean prediction's largest ratio to a target (above 1: a miss), both from the candidates'
+    pass in :func:`_decide`: where a request that no variant is sure to meet has its best chance, and where a
+    request may go when the sure ones are reserved for others. The conservative figures judge "sure to meet";
+    they are the wrong measure here, because a busy variant's error margin is wide and would make it look worse
+    than a slower variant that will in fact miss. A ratio, not an overshoot, so that among variants whose mean
+    prediction meets the targets the one with the most room wins."""
     if not admissible:
         return _reject_overloaded(predictions, config)
 
-    # ``likely``: those whose *mean* prediction meets the SLO: the best chance of a request no variant is sure
-    # to meet, and where a request may go when the sure ones are reserved for others (see _mean_ratios).
-    likely, expected = ([], {}) if sure else _mean_ratios(request, admissible, predictions)
-    ratios_known = not sure
     meeting = sure or likely
     if len(candidates) == 1 or len(sure) == 1:
         # Only this variant can take the request (by context, or by SLO now): it reserves room there.
@@ -269,9 +333,6 @@ def _route_slo(
         if config.reserve_slack > 0:
             best_room = _reserve_room(best, loads[best.name], request, state, config, count_own_kind=False)
             if best_room < config.reserve_slack:
-                if not ratios_known:
-                    likely, expected = _mean_ratios(request, admissible, predictions)
-                    ratios_known = True
                 meeting_names = {v.name for v in meeting}
                 options = meeting + [v for v in likely if v.name not in meeting_names]
                 if len(options) > 1:
@@ -326,8 +387,6 @@ def _route_slo(
             detail="Every variant that could take this request has so much work queued that it would miss "
             "its time-to-first-token target several times over; retry after the Retry-After interval.",
         )
-    if not ratios_known:
-        likely, expected = _mean_ratios(request, admissible, predictions)
     best = min(admissible, key=lambda v: (expected[v.name], -v.quality))
     return Decision(best.name, missed, predictions)
 
