@@ -37,7 +37,6 @@ import json
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -54,6 +53,7 @@ from core.errors import EngineConfigError, EngineDeadError, InvalidRequestError,
 from engines.checkpoint import CheckpointInfo, validate_checkpoint, visible_gpu_count
 from engines.coalesce import coalesce
 from engines.config import OpenAIServerEngineConfig, is_trtllm_serve
+from engines.ports import free_port
 from engines.protocol import (
     FINISH_ABORT,
     FINISH_LENGTH,
@@ -85,13 +85,6 @@ _FINISH_REASONS = {
     "timeout": FINISH_ABORT,
     "not_finished": FINISH_ABORT,
 }
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port nobody listens on right now (the server binds it a moment later; a clash fails its start)."""
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def server_argv(command: list[str], **fields: Any) -> list[str]:
