@@ -33,8 +33,9 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from cluster.feasibility import ensure_feasible_on_live_cluster
 from cluster.local import LocalClusterSpec, local_cluster
 from core.errors import ConfigError
+from engines.ports import free_port
 from serve_app.config import VariantConfig, load_app_config
-from tests.conftest import REPO, free_port
+from tests.conftest import REPO
 
 pytestmark = pytest.mark.multinode
 
