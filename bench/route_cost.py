@@ -4,7 +4,9 @@ Times :func:`router.route` (every candidate's TTFT and TPOT prediction, the SLO 
 reservation and shedding checks) on one core of this process, for a mix of short interactive and long
 standard requests against variants under varied load, with latency models that have learned from a few
 hundred observations (their margins and weights are what a running ingress holds). Reports p50, p99 and the
-largest of each decision's wall time, in microseconds; the issue's bar is 100 us at p99 with 16 variants.
+largest of each decision's wall time, in microseconds; the issue's bar is 100 us at p99 with 16 variants. Beside
+them the same decisions on the thread's CPU clock, which leaves out the time the OS ran other processes: on a
+shared machine the wall clock's tail is mostly theirs (the load average is printed with the verdict).
 
 Beside it, the same requests' *idle* decision (:func:`router.policy.route_idle`: where each would go on an
 idle fleet), which the ingress makes a second time per request to count spilled demand for the autoscaler
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import time
@@ -46,6 +49,11 @@ class RouteCost(BaseModel):
     max_us: float
     idle_p50_us: float  # route_idle, the same requests
     idle_p99_us: float
+    # The same decisions timed on this thread's CPU clock: what the decision itself costs, without the time the
+    # OS gave other processes meanwhile (on a shared machine those preemptions make most of the wall clock's
+    # tail). Includes the clock's own read (~0.7 us, a system call).
+    cpu_p50_us: float = 0.0
+    cpu_p99_us: float = 0.0
 
 
 def trained_model(rng: random.Random, speed: float) -> LatencyModel:
@@ -139,12 +147,19 @@ def measure(count: int, decisions: int, policy: str, seed: int) -> RouteCost:
         started = clock()
         route(request, views, config, state)
         times.append((clock() - started) / 1000.0)
+    cpu_times = []
+    cpu_clock = time.thread_time_ns
+    for request in batch:
+        started = cpu_clock()
+        route(request, views, config, state)
+        cpu_times.append((cpu_clock() - started) / 1000.0)
     idle_times = []
     for request in batch:
         started = clock()
         route_idle(request, views, config)
         idle_times.append((clock() - started) / 1000.0)
     times.sort()
+    cpu_times.sort()
     idle_times.sort()
     return RouteCost(
         variants=count,
@@ -154,6 +169,8 @@ def measure(count: int, decisions: int, policy: str, seed: int) -> RouteCost:
         max_us=times[-1],
         idle_p50_us=statistics.median(idle_times),
         idle_p99_us=_p99(idle_times),
+        cpu_p50_us=statistics.median(cpu_times),
+        cpu_p99_us=_p99(cpu_times),
     )
 
 
@@ -164,17 +181,21 @@ def _p99(ordered: list[float]) -> float:
 def run(args: argparse.Namespace) -> int:
     results = [measure(n, args.decisions, args.policy, args.seed) for n in args.variants]
     print(
-        "| variants | decisions | p50 (us) | p99 (us) | max (us) | idle p50 (us) | idle p99 (us) |\n"
-        "|---:|---:|---:|---:|---:|---:|---:|"
+        "| variants | decisions | p50 (us) | p99 (us) | max (us) | CPU p50 (us) | CPU p99 (us) | idle p50 (us) "
+        "| idle p99 (us) |\n"
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     )
     for r in results:
         print(
             f"| {r.variants} | {r.decisions} | {r.p50_us:.1f} | {r.p99_us:.1f} | {r.max_us:.0f} "
-            f"| {r.idle_p50_us:.1f} | {r.idle_p99_us:.1f} |"
+            f"| {r.cpu_p50_us:.1f} | {r.cpu_p99_us:.1f} | {r.idle_p50_us:.1f} | {r.idle_p99_us:.1f} |"
         )
     top = max(results, key=lambda r: r.variants)
     verdict = "met" if top.p99_us < BAR_US else "NOT met"
-    print(f"bar: p99 under {BAR_US:.0f} us at {top.variants} variants: {top.p99_us:.1f} us -> {verdict}")
+    print(
+        f"bar: p99 under {BAR_US:.0f} us at {top.variants} variants: {top.p99_us:.1f} us -> {verdict} "
+        f"(on the CPU clock: {top.cpu_p99_us:.1f} us; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)"
+    )
     if args.json is not None:
         args.json.write_text(json.dumps([r.model_dump() for r in results], indent=2) + "\n")
     return 0

@@ -22,3 +22,4 @@ def test_the_measurement_reports_ordered_percentiles():
     assert result.variants == 4 and result.decisions == 300
     assert 0 < result.p50_us <= result.p99_us <= result.max_us
     assert 0 < result.idle_p50_us <= result.idle_p99_us
+    assert 0 < result.cpu_p50_us <= result.cpu_p99_us
