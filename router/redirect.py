@@ -21,6 +21,7 @@ from collections.abc import Sequence
 
 from router.config import RouterConfig
 from router.policy import route_idle
+from router.rejections import CAPACITY_REASONS
 from router.types import Decision, RequestFeatures, VariantView
 
 
@@ -57,7 +58,7 @@ def redirected_from(
     """``(preferred variant, seconds)`` when ``decision`` did not send the request where it preferred to go
     (spilled to another variant or shed); None when it went there, or when it is refused for what it asks
     (a pinned variant, an unknown model, too long a prompt: no variant's scaling would change that)."""
-    if decision.reject_status is not None and decision.reject_status not in (429, 503):
+    if decision.rejected and decision.reason not in CAPACITY_REASONS:
         return None
     if features.pinned is not None:
         return None
