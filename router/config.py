@@ -148,6 +148,15 @@ class RouterConfig(StrictModel):
         description="Fraction of each target kept as margin for prediction error: a variant meets an SLO "
         "only when its predictions are within (1 - slo_headroom) x the targets.",
     )
+    ttft_path_ms: float = Field(
+        0.0,
+        ge=0,
+        description="Milliseconds of a client's time to first token that the ingress's clock does not see: "
+        "the way in before the ingress takes the request and the first token's way out after it (the HTTP "
+        "proxy, the network, the stream's flush). Every TTFT target is judged less this (the SLO policy's "
+        "choice, its reservations), since the latency models learn only what the ingress measures. The "
+        "ingress's Server-Timing header gives its own part; a client's TTFT less that is the path.",
+    )
     pace_floor: bool = Field(
         True,
         description="Floor each variant's TPOT prediction (with its error margin) at the pace its engines "

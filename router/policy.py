@@ -57,7 +57,7 @@ from router.load import queue_bound, replica_load, serving_replicas
 from router.reservation import crowded_out, record_exclusive, reserve_room
 from router.shedding import is_hopeless
 from router.shedding import retry_after_s as shed_retry_after_s
-from router.types import Decision, Prediction, Reason, RequestFeatures, RouterState, VariantView
+from router.types import Decision, Prediction, Reason, RequestFeatures, RouterState, VariantView, ttft_budget
 
 
 def route(
@@ -176,8 +176,9 @@ class _Judge:
         scale = 1.0 - config.slo_headroom
         self.prompt_tokens = request.prompt_tokens
         self.margin_scale = config.error_margin_scale
-        self.ttft_target = slo.ttft_ms
-        self.ttft_limit = None if slo.ttft_ms is None else slo.ttft_ms * scale
+        # The part of the client's TTFT that no latency model sees (RouterConfig.ttft_path_ms) comes off the target.
+        self.ttft_target = None if slo.ttft_ms is None else ttft_budget(slo.ttft_ms, config.ttft_path_ms)
+        self.ttft_limit = None if self.ttft_target is None else self.ttft_target * scale
         # A single-token answer has no time per output token to miss.
         self.tpot_target = slo.tpot_ms if request.max_tokens > 1 else None
         self.tpot_limit = None if self.tpot_target is None else self.tpot_target * scale
@@ -454,6 +455,7 @@ def _reserve_room(
         window=config.reservation_window,
         error_margin_scale=config.error_margin_scale,
         count_own_kind=count_own_kind,
+        ttft_path_ms=config.ttft_path_ms,
     )
 
 
@@ -461,7 +463,13 @@ def _crowded_out(
     view: VariantView, load: Load, request: RequestFeatures, state: RouterState, config: RouterConfig
 ) -> bool:
     return crowded_out(
-        view, load, request, state.exclusive.get(view.name), now=state.decisions, window=config.reservation_window
+        view,
+        load,
+        request,
+        state.exclusive.get(view.name),
+        now=state.decisions,
+        window=config.reservation_window,
+        ttft_path_ms=config.ttft_path_ms,
     )
 
 

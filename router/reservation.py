@@ -24,7 +24,7 @@ reservation never turns a met SLO into a miss.
 from __future__ import annotations
 
 from router.latency import Load
-from router.types import ExclusiveDemand, RequestFeatures, Targets, VariantView
+from router.types import ExclusiveDemand, RequestFeatures, Targets, VariantView, ttft_budget
 
 # Kinds of exclusive demand remembered per variant: tiers are few, but x-slo-* headers can name any targets.
 _MAX_KINDS = 16
@@ -59,6 +59,7 @@ def reserve_room(
     window: int,
     error_margin_scale: float,
     count_own_kind: bool = True,
+    ttft_path_ms: float = 0.0,
 ) -> float:
     """The room (as a fraction of its targets, 1 = all of it) that a typical exclusive request of ``view``
     of the tightest kind would find left if ``request`` took ``view`` now; 1 when the variant has no recent
@@ -69,7 +70,7 @@ def reserve_room(
     live = [(t, d) for t, d in _live(demand, now, window) if count_own_kind or t != own]
     if not live:
         return 1.0
-    return _room(view, _taking(view, load, request), live, error_margin_scale)
+    return _room(view, _taking(view, load, request), live, error_margin_scale, ttft_path_ms)
 
 
 def _targets(request: RequestFeatures) -> Targets:
@@ -113,6 +114,7 @@ def crowded_out(
     *,
     now: int,
     window: int,
+    ttft_path_ms: float = 0.0,
 ) -> bool:
     """Whether ``request`` should give ``view`` up to the requests it is kept for, even though ``view`` is
     where ``request`` itself would fare best: some kind of them, with tighter targets than ``request``'s,
@@ -130,7 +132,7 @@ def crowded_out(
         return False
     own = _targets(request)
     kept_for = [(t, d) for t, d in _live(demand, now, window) if _tighter(t, own)]
-    return bool(kept_for) and _room(view, _taking(view, load, request), kept_for, error_margin_scale=0.0) < 0.0
+    return bool(kept_for) and _room(view, _taking(view, load, request), kept_for, 0.0, ttft_path_ms) < 0.0
 
 
 def _tighter(a: Targets, b: Targets) -> bool:
@@ -146,10 +148,15 @@ def _tighter(a: Targets, b: Targets) -> bool:
 
 
 def _room(
-    view: VariantView, load: Load, kinds: list[tuple[Targets, ExclusiveDemand]], error_margin_scale: float
+    view: VariantView,
+    load: Load,
+    kinds: list[tuple[Targets, ExclusiveDemand]],
+    error_margin_scale: float,
+    ttft_path_ms: float = 0.0,
 ) -> float:
     """The least room (fraction of its targets) a typical request of any of ``kinds`` would find on ``view``
-    under ``load``, on predictions inflated by ``error_margin_scale`` times the learned margins."""
+    under ``load``, on predictions inflated by ``error_margin_scale`` times the learned margins; each TTFT
+    target less ``ttft_path_ms``, the part of it no latency model sees (RouterConfig.ttft_path_ms)."""
     model = view.latency
     room = 1.0
     ttft_lift = 1.0 + error_margin_scale * model.ttft_margin
@@ -159,7 +166,7 @@ def _room(
         ttft, tpot = model.predict_request(round(kind.prompt_tokens), load)
         # Conditionals rather than min calls (the same result: min keeps the first of equals).
         if ttft_target is not None:
-            left = 1.0 - ttft * ttft_lift / ttft_target
+            left = 1.0 - ttft * ttft_lift / ttft_budget(ttft_target, ttft_path_ms)
             if left < room:
                 room = left
         if tpot_target is not None:

@@ -53,6 +53,16 @@ class SLO:
     tpot_ms: float | None = None
 
 
+def ttft_budget(target_ms: float, path_ms: float) -> float:
+    """What is left of a TTFT target for the part the ingress measures once the path outside it
+    (``RouterConfig.ttft_path_ms``) is taken off; never quite 0, so that a target the path alone uses up is
+    missed by any prediction."""
+    if not path_ms:
+        return target_ms
+    budget = target_ms - path_ms
+    return budget if budget > 1e-3 else 1e-3
+
+
 @dataclass(frozen=True, slots=True)
 class RequestFeatures:
     """What the router knows about a request before it runs (see ``router.headers`` for building one)."""

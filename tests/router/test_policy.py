@@ -76,6 +76,20 @@ def test_the_headroom_keeps_a_prediction_just_under_the_target_from_counting_as_
     assert decide(req, [small(), big()], slo_headroom=0.1).variant == "small"
 
 
+def test_the_path_outside_the_ingress_comes_off_the_ttft_target():
+    # big predicts 150 ms TTFT at the ingress: inside 90% of a 300 ms target, not once 150 ms of the client's
+    # TTFT are spent outside the ingress (300 - 150 = 150, of which 90% is 135).
+    req = request(slo=SLO(ttft_ms=300.0, tpot_ms=None))
+
+    assert decide(req, [small(), big()]).variant == "big"
+    far = decide(req, [small(), big()], ttft_path_ms=150.0)
+    assert far.variant == "small"
+    assert not far.predictions["big"].meets_slo
+    assert far.predictions["big"].ttft_ms == pytest.approx(150.0)  # the prediction itself is the ingress's
+    # A path that uses up the whole target leaves every variant missing it.
+    assert decide(req, [small(), big()], ttft_path_ms=300.0).reason == Reason.DEGRADED_SMALLEST_VIOLATION
+
+
 def test_a_single_token_answer_is_not_held_to_a_tpot_target():
     strict_tpot = SLO(ttft_ms=None, tpot_ms=1.0)
 
