@@ -37,7 +37,7 @@ from bench.records import RequestRecord, write_jsonl
 from bench.report import machine_info
 from bench.routing_results import STEADY_FROM, Bar, SweepPoint, bar, bar_verdict, sweep_point
 from bench.summary import Summary
-from router.config import Policy
+from router.config import Policy, RouterConfig
 from sim.capacity import CapacityEstimate, estimate_capacity
 from sim.scenario import SCENARIOS, Scenario, simulate
 
@@ -258,7 +258,9 @@ def run(args: argparse.Namespace) -> int:
         urls = _deploy(args, base_args, base_url, started)
         for i, fraction in enumerate(fractions):
             scenario = fleet_scenario(make, duration_s, fraction * estimate.rate_scale, args.fleet_scale)
-            scenario = scenario.model_copy(update={"seed": args.seed + i})
+            # The simulator beside it routes with the same config as the real ingresses (``--router`` too).
+            router = RouterConfig.model_validate({**scenario.router.model_dump(), **(args.router or {})})
+            scenario = scenario.model_copy(update={"seed": args.seed + i, "router": router})
             specs = scenario_requests(scenario)
             rate = round(fraction * estimate.capacity, 2)
             for policy, records in _drive(urls, model, specs, duration_s, timeout_s, args.parallel):
