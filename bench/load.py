@@ -19,7 +19,6 @@ from typing import Literal, TypeVar, cast
 
 import httpx
 
-from bench import plots, report
 from bench.arrivals import (
     ArrivalSpec,
     BurstArrivals,
@@ -30,9 +29,8 @@ from bench.arrivals import (
 )
 from bench.client import MonotonicClock, TargetConfig
 from bench.loadgen import LoadConfig, LoadResult, run_load
-from bench.records import write_jsonl
-from bench.replicas import ReplicaSample, poll_variants, write_samples
-from bench.summary import Summary, summarize
+from bench.replicas import ReplicaSample, poll_variants
+from bench.summary import Summary
 from bench.trace import TraceRow, load_trace
 from bench.workload import (
     RequestSpec,
@@ -43,6 +41,7 @@ from bench.workload import (
     trace_requests,
 )
 from engines import event_loop
+from traffic.output import write_outputs
 
 T = TypeVar("T")
 
@@ -244,30 +243,6 @@ async def drive(
     return result, samples
 
 
-def write_outputs(
-    out: Path,
-    result: LoadResult,
-    samples: list[ReplicaSample],
-    *,
-    command: str,
-    bin_s: float = 1.0,
-    json_path: Path | None = None,
-) -> Summary:
-    out.mkdir(parents=True, exist_ok=True)
-    records = sorted(result.records, key=lambda r: r.index)
-    write_jsonl(records, out / "records.jsonl")
-    if samples:
-        write_samples(samples, out / "replicas.jsonl")
-    summary = summarize(records)
-    for path in (out / "summary.json", json_path):
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(summary.model_dump_json(indent=2) + "\n")
-    figures = plots.write_plots(records, out, samples, bin_s=bin_s)
-    report.write_report(out, summary, command=command, plots=figures)
-    return summary
-
-
 def _headline(summary: Summary) -> str:
     s = summary
     return (
@@ -290,7 +265,7 @@ def run(args: argparse.Namespace) -> int:
         drive(target, load, specs, poll=args.poll_variants, poll_interval_s=args.poll_interval_s)
     )
     command = shlex.join(["python", "-m", "bench", *getattr(args, "argv", sys.argv[1:])])
-    summary = write_outputs(args.out, result, samples, command=command, bin_s=args.bin_s, json_path=args.json)
+    summary = write_outputs(args.out, result.records, samples, command=command, bin_s=args.bin_s, json_path=args.json)
     print(_headline(summary))
     print(f"wrote {args.out / 'report.md'}")
     return 0

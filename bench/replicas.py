@@ -13,7 +13,7 @@ import contextlib
 import json
 import re
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -21,13 +21,19 @@ from typing import Any
 import httpx
 
 from bench.client import Clock
+from traffic.replicas import ReplicaSample, read_samples, write_samples
 
-
-@dataclass(frozen=True, slots=True)
-class ReplicaSample:
-    t_s: float  # seconds from the start of the run
-    variant: str
-    replicas: int
+__all__ = [
+    "ReplicaSample",
+    "ReplicaStart",
+    "parse_replica_starts",
+    "parse_variants",
+    "poll_variants",
+    "read_samples",
+    "replica_starts",
+    "variants_url",
+    "write_samples",
+]
 
 
 def parse_variants(payload: Any, t_s: float) -> list[ReplicaSample]:
@@ -71,19 +77,6 @@ async def poll_variants(
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), timeout=interval_s)
     return samples
-
-
-def write_samples(samples: Iterable[ReplicaSample], path: str | Path) -> Path:
-    path = Path(path)
-    with path.open("w") as f:
-        for sample in samples:
-            f.write(json.dumps(asdict(sample)) + "\n")
-    return path
-
-
-def read_samples(path: str | Path) -> list[ReplicaSample]:
-    with Path(path).open() as f:
-        return [ReplicaSample(**json.loads(line)) for line in f if line.strip()]
 
 
 @dataclass(frozen=True, slots=True)

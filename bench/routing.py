@@ -50,6 +50,8 @@ from bench.records import RequestRecord, read_jsonl, write_jsonl
 from bench.report import machine_info
 from bench.routing_plot import sweep_plot
 from bench.routing_results import (
+    FULL_FRACTIONS,
+    QUICK_FRACTIONS,
     STEADY_FROM,
     Bar,
     SweepPoint,
@@ -67,8 +69,6 @@ from router.config import RouterConfig, SLOTier
 from sim.scenario import SCENARIOS
 
 POLICIES = ("slo", "round_robin", "least_loaded", "length_threshold", "largest")
-QUICK_FRACTIONS = (0.5, 1.0)
-FULL_FRACTIONS = (0.25, 0.5, 0.75, 1.0, 1.25)
 BASE_APP = "llm"  # the app that holds the engines (and its own, idle, ingress)
 
 

@@ -22,8 +22,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import get_args
 
-from bench.records import read_jsonl
-from bench.routing import QUICK_FRACTIONS
 from engines.presets import PRESETS
 from engines.profile import EngineProfile
 from serve_app.config import ReplicaChoice
@@ -31,6 +29,8 @@ from sim.calibrate import calibrate, render
 from sim.fit import FITTED, fit
 from sim.scenario import ALL_POLICIES, ALL_SCALING, SCENARIOS, run_matrix, table
 from sim.sweep import render_sweep, sweep
+from traffic.records import read_jsonl
+from traffic.routing_results import QUICK_FRACTIONS
 
 COMMANDS = ("run", "calibrate", "sweep", "fit")
 

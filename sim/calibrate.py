@@ -12,13 +12,13 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, Field
 
-from bench.records import RequestRecord
-from bench.summary import LatencyStats, Summary, summarize
 from engines.profile import EngineProfile
 from router import RouterConfig
 from sim.seed import router_seed
 from sim.simulator import Simulation, SimVariant
 from sim.workload import record_requests
+from traffic.records import RequestRecord
+from traffic.summary import LatencyStats, Summary, summarize
 
 PERCENTILES = ("p50", "p90", "p99")
 

@@ -23,9 +23,6 @@ from collections.abc import Mapping, Sequence
 
 from pydantic import BaseModel, Field
 
-from bench.arrivals import ArrivalSpec, BurstArrivals, ConstantArrivals, PoissonArrivals, SpikeArrivals
-from bench.mix import mean_length
-from bench.workload import Slo
 from router import RequestFeatures
 from serve_app.config import ReplicaChoice
 from sim.deployment import SimDeployment
@@ -33,6 +30,9 @@ from sim.replica import SimReplica
 from sim.request import SimRequest
 from sim.scenario import PoolSpec, Scenario
 from sim.workload import Stream
+from traffic.arrivals import ArrivalSpec, BurstArrivals, ConstantArrivals, PoissonArrivals, SpikeArrivals
+from traffic.mix import mean_length
+from traffic.workload import Slo
 
 # A burst holds this many full batches of the pool (every replica's every slot). The time until the last
 # request finishes includes a ramp (the first batch's prefills, with nothing decoding yet) and a drain (the

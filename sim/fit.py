@@ -17,9 +17,9 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, Field
 
-from bench.records import RequestRecord
 from engines.profile import EngineProfile
 from sim.calibrate import Calibration, calibrate
+from traffic.records import RequestRecord
 
 # The figures of the step model that a run's latencies pin down.
 FITTED = ("step_ms_at_batch_1", "step_ms_per_extra_seq", "prefill_tokens_per_s", "overhead_ms")

@@ -5,15 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.load import write_outputs
-from bench.loadgen import LoadResult
-from bench.summary import Summary
 from sim.simulator import SimResult
+from traffic.output import write_outputs
+from traffic.summary import Summary
 
 
 def write_run(out: Path, result: SimResult, *, command: str, json_path: Path | None = None) -> Summary:
     """``records.jsonl``, ``summary.json``, ``replicas.jsonl``, the bench's PNG plots and ``report.md``."""
-    load = LoadResult(records=result.records, wall_start=0.0, duration_s=result.end_s)
     # Offered load over an hour reads better in 10 s bins than in the bench's 1 s ones.
     bin_s = 10.0 if result.end_s > 600 else 1.0
-    return write_outputs(out, load, result.replica_samples, command=command, bin_s=bin_s, json_path=json_path)
+    return write_outputs(out, result.records, result.replica_samples, command=command, bin_s=bin_s, json_path=json_path)

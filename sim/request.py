@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bench.workload import Slo
+from core.errors import ServingError
 from router import Prediction, RequestFeatures
 from router.inflight import RouteTicket
+from traffic.workload import Slo
 
 
 @dataclass(slots=True, eq=False)
@@ -28,7 +29,7 @@ class SimRequest:
     remaining_prefill: int = 0
     first_token_s: float | None = None
     end_s: float | None = None
-    reject_status: int | None = None
+    rejection: type[ServingError] | None = None  # the router refused it: the error the ingress would answer
     route_reason: str | None = None  # the decision's reason, as x-route-reason carries it
     ticket: RouteTicket | None = None  # the ingress's booking (router.inflight), from dispatch to close
 

@@ -25,9 +25,6 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from bench.arrivals import PoissonArrivals, SpikeArrivals
-from bench.summary import Summary, summarize
-from bench.workload import NormalLength, SloTier, WorkloadConfig
 from engines.presets import PRESETS
 from engines.profile import EngineProfile
 from router import RouterConfig
@@ -36,6 +33,9 @@ from serve_app.config import AutoscalingSpec, ReplicaChoice
 from sim.seed import router_seed
 from sim.simulator import SimResult, Simulation, SimVariant
 from sim.workload import Stream, sim_requests
+from traffic.arrivals import PoissonArrivals, SpikeArrivals
+from traffic.summary import Summary, summarize
+from traffic.workload import NormalLength, SloTier, WorkloadConfig
 
 Scaling = Literal["static", "ongoing_requests", "engine_load"]
 ALL_POLICIES: tuple[Policy, ...] = ("slo", "round_robin", "least_loaded", "length_threshold", "largest")
@@ -397,7 +397,7 @@ def two_variant_scenario(duration_s: float = 300.0, rate_scale: float = 1.0) -> 
     holding 32k (better answers, a decode step ~8x longer); short interactive chat and long RAG (standard
     tier, ~4k-token prompts) at 3:1, ``TWO_VARIANT_BASE_RATE`` req/s times ``rate_scale``, steady, static.
 
-    The routing bench's two-class mix (``bench.mix.routing_mix``) at GPU scale, the issue's case: interactive
+    The routing bench's two-class mix (``traffic.mix.routing_mix``) at GPU scale, the issue's case: interactive
     short prompts with tight SLOs beside long prompts with loose ones. The fast variant cannot hold the
     longest prompts (some RAG prompts exceed 8k: only the 70B takes them), and the big one's decode is too
     slow for the interactive TPOT under load, so neither variant can take everything. ``python -m sim

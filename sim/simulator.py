@@ -19,20 +19,22 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from bench.records import RequestRecord, slo_met, time_per_output_token
-from bench.replicas import ReplicaSample
+from core.error_table import TABLE
 from engines.profile import EngineProfile
 from router import LatencyProfile, RouterConfig, RouterState, VariantView, route
 from router.inflight import InflightBook
 from router.latency import new_latency_model
 from router.load import decode_pace
 from router.redirect import RedirectedDemand, redirected_from
+from router.rejections import rejection_class
 from serve_app.config import AutoscalingSpec, ReplicaChoice
 from serve_app.routing import REFRESH_PERIOD_S
 from sim.autoscaler import Policy, SimAutoscaler
 from sim.deployment import SimDeployment
 from sim.replica import SimReplica
 from sim.request import SimRequest
+from traffic.records import RequestRecord, slo_met, time_per_output_token
+from traffic.replicas import ReplicaSample
 
 _STEP, _READY, _ARRIVAL, _RECORD, _TICK = range(5)
 
@@ -176,7 +178,7 @@ class Simulation:
             if not self.deployments[redirected[0]].ready:
                 self._waking.add(redirected[0])  # the ingress's wake-up call waits at its handle
         if decision.variant is None:
-            request.reject_status = decision.reject_status
+            request.rejection = rejection_class(decision.reason)
             request.end_s = now
             return False
         name = decision.variant
@@ -295,9 +297,11 @@ def _record(request: SimRequest, variants: dict[str, SimVariant]) -> RequestReco
         predicted_ttft_ms=None if request.prediction is None else request.prediction.ttft_ms,
         predicted_tpot_ms=None if request.prediction is None else request.prediction.tpot_ms,
     )
-    if request.reject_status is not None:
-        record.status = request.reject_status
-        record.error_type = _ERROR_TYPES.get(request.reject_status, f"http_{request.reject_status}")
+    if request.rejection is not None:
+        # What the ingress answers the same rejection with (core.error_table).
+        row = TABLE[request.rejection]
+        record.status = row.http_status
+        record.error_type = row.openai_type
         record.error_message = request.route_reason
         record.e2e_s = 0.0
         return record
@@ -315,12 +319,3 @@ def _record(request: SimRequest, variants: dict[str, SimVariant]) -> RequestReco
     record.tpot_s = time_per_output_token(record.e2e_s, record.ttft_s, record.output_tokens)
     record.slo_met = slo_met(record)
     return record
-
-
-# The OpenAI error types serve_app/errors.py answers the router's rejections with.
-_ERROR_TYPES = {
-    400: "invalid_request_error",
-    404: "invalid_request_error",
-    429: "rate_limit_error",
-    503: "server_error",
-}

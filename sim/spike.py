@@ -1,6 +1,6 @@
 """The spike bench's scenario in virtual time: the same fleet, trace, router and scaling code as ``bench spike``.
 
-``bench spike`` deploys a :class:`~bench.spike_fleet.SpikeFleet` through real Serve; :func:`simulate_spike`
+``bench spike`` deploys a :class:`~sim.spike_fleet.SpikeFleet` through real Serve; :func:`simulate_spike`
 runs the same description here (the emulated engine's profile, the production router and autoscaling policy,
 Serve's delays mirrored by :mod:`sim.autoscaler`), on the same seeded requests, and returns what the bench's
 client and replica poller would have recorded, so that one report function scores both.
@@ -14,10 +14,6 @@ a time, so that the replicas of one scale-up arrive one after another, as they d
 
 from __future__ import annotations
 
-from bench.arrivals import SpikeShape
-from bench.records import RequestRecord
-from bench.replicas import ReplicaSample
-from bench.spike_fleet import Mode, SpikeFleet, workload
 from router import RouterConfig
 from serve_app.config import AutoscalingSpec
 from sim.deployment import SimDeployment
@@ -25,7 +21,11 @@ from sim.replica import SimReplica
 from sim.replica_starts import ProcessStarts
 from sim.seed import router_seed
 from sim.simulator import Simulation, SimVariant
+from sim.spike_fleet import Mode, SpikeFleet, workload
 from sim.workload import Stream, sim_requests
+from traffic.arrivals import SpikeShape
+from traffic.records import RequestRecord
+from traffic.replicas import ReplicaSample
 
 
 def sim_variants(fleet: SpikeFleet, mode: Mode, extra_startup_s: float = 0.0) -> list[SimVariant]:

@@ -14,11 +14,10 @@ from collections.abc import Callable, Sequence
 
 from pydantic import BaseModel, Field
 
-from bench.routing import QUICK_FRACTIONS
-from bench.routing_results import Bar, SweepPoint, bar, bar_verdict
 from router.config import Policy
 from sim.capacity import CapacityEstimate, estimate_capacity
 from sim.scenario import RunResult, Scenario, run_matrix
+from traffic.routing_results import QUICK_FRACTIONS, Bar, SweepPoint, bar, bar_verdict
 
 ScenarioMaker = Callable[..., Scenario]  # sim.scenario.SCENARIOS' functions: (duration_s, rate_scale)
 

@@ -1,7 +1,7 @@
 """Simulated traffic from the bench's own workload descriptions: arrival processes, length distributions,
 SLO tiers and traces.
 
-A request here draws its lengths and tier from the same seeded streams as ``bench.workload.build_requests``
+A request here draws its lengths and tier from the same seeded streams as ``traffic.workload.build_requests``
 (``"{seed}:lengths"``, ``"{seed}:tiers"``), so a simulated run and a bench run of one config see the same
 requests; only the prompt text, which an engine model does not need, is never built (an hour of traffic
 holds hundreds of millions of prompt tokens). Mixed traffic is several streams merged in time.
@@ -15,12 +15,12 @@ from collections.abc import Iterable, Iterator, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from bench.arrivals import ArrivalSpec, arrival_times, replay
-from bench.records import RequestRecord
-from bench.trace import TraceRow
-from bench.workload import Slo, WorkloadConfig
 from router import RequestFeatures, RouterConfig, features_from_headers
 from sim.request import SimRequest
+from traffic.arrivals import ArrivalSpec, arrival_times, replay
+from traffic.records import RequestRecord
+from traffic.trace import TraceRow
+from traffic.workload import Slo, WorkloadConfig
 
 
 class Stream(BaseModel):
@@ -100,7 +100,7 @@ def sim_requests(streams: Sequence[Stream], duration_s: float, router: RouterCon
 def trace_sim_requests(
     rows: Sequence[TraceRow], workload: WorkloadConfig, router: RouterConfig, speedup: float = 1.0
 ) -> Iterator[SimRequest]:
-    """A trace's requests (``bench.workload.trace_requests``' times, lengths and tiers)."""
+    """A trace's requests (``traffic.workload.trace_requests``' times, lengths and tiers)."""
     times = replay((r.timestamp for r in rows), speedup)
     items = (
         (t, row.input_tokens, row.output_tokens, workload.slo_for_tier(row.tier))

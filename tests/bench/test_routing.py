@@ -23,8 +23,8 @@ from bench.routing import (
 from bench.routing_results import bar
 from router.config import LatencyProfile, RouterConfig
 from serve_app.config import load_app_config
-from tests.bench.test_routing_results import point, record
 from tests.conftest import REPO
+from tests.traffic.test_routing_results import point, record
 
 ARGS = app_args_from_file(REPO / "serve_config.yaml")
 

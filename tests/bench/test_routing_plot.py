@@ -1,5 +1,5 @@
 from bench.routing_plot import sweep_plot
-from tests.bench.test_routing_results import point
+from tests.traffic.test_routing_results import point
 
 
 def test_sweep_plot_writes_a_png(tmp_path):

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from bench.trace import TraceRow, load_trace
+from traffic.trace import TraceRow, load_trace
 
 
 def test_jsonl_rows_sorted_by_timestamp(tmp_path):

@@ -1,7 +1,8 @@
 import pytest
 from pydantic import ValidationError
 
-from bench.mix import (
+from router.config import RouterConfig
+from traffic.mix import (
     MixConfig,
     RequestClass,
     longest_length,
@@ -11,8 +12,7 @@ from bench.mix import (
     slo_of,
     slo_window_s,
 )
-from bench.workload import FixedLength, NormalLength, UniformLength
-from router.config import RouterConfig
+from traffic.workload import FixedLength, NormalLength, UniformLength
 
 TIERS = RouterConfig().tiers
 

@@ -2,8 +2,8 @@ import dataclasses
 
 import pytest
 
-from bench.records import RequestRecord
-from bench.routing_results import (
+from traffic.records import RequestRecord
+from traffic.routing_results import (
     bar,
     interference_table,
     markdown_table,

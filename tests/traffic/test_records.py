@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from bench.records import RequestRecord, read_jsonl, slo_met, time_per_output_token, write_jsonl
+from traffic.records import RequestRecord, read_jsonl, slo_met, time_per_output_token, write_jsonl
 
 
 def record(**kw):

@@ -1,8 +1,8 @@
 from datetime import UTC, datetime
 
-from bench.records import RequestRecord
-from bench.report import machine_info, render_report, write_report
-from bench.summary import summarize
+from traffic.records import RequestRecord
+from traffic.report import machine_info, render_report, write_report
+from traffic.summary import summarize
 
 
 def summary():

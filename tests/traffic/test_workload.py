@@ -4,8 +4,8 @@ from collections import Counter
 
 import pytest
 
-from bench.trace import TraceRow
-from bench.workload import (
+from traffic.trace import TraceRow
+from traffic.workload import (
     HEADER_TIER,
     HEADER_TPOT,
     HEADER_TTFT,

@@ -2,8 +2,8 @@ import dataclasses
 
 import pytest
 
-from bench.records import RequestRecord
-from bench.summary import NO_STATUS, latency_stats, summarize
+from traffic.records import RequestRecord
+from traffic.summary import NO_STATUS, latency_stats, summarize
 
 
 def record(i, **kw):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench.prediction import prediction_accuracy, ratio_stats
-from bench.records import RequestRecord
+from traffic.prediction import prediction_accuracy, ratio_stats
+from traffic.records import RequestRecord
 
 
 def record(variant: str | None, ttft_ms: float | None, predicted_ttft_ms: float | None, **fields) -> RequestRecord:

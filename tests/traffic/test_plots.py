@@ -1,9 +1,9 @@
 import numpy as np
 import pytest
 
-from bench.plots import offered_load, write_plots
-from bench.records import RequestRecord
-from bench.replicas import ReplicaSample
+from traffic.plots import offered_load, write_plots
+from traffic.records import RequestRecord
+from traffic.replicas import ReplicaSample
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -42,7 +42,7 @@ def test_plots_of_an_empty_run(tmp_path):
 
 
 def test_the_spike_plot_draws_every_variant_under_every_mode(tmp_path):
-    from bench.plots import spike_plot
+    from traffic.plots import spike_plot
 
     met = records()
     for r in met:

@@ -5,8 +5,8 @@ import statistics
 import pytest
 from pydantic import TypeAdapter
 
-from bench import arrivals
-from bench.arrivals import ArrivalSpec, arrival_times
+from traffic import arrivals
+from traffic.arrivals import ArrivalSpec, arrival_times
 
 
 def take(it, n):
