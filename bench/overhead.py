@@ -6,8 +6,10 @@ emulation's own CPU per token; there is no engine server (b) for it.
 
 (a) ``direct``: the hf engine in-process; (b) ``engine_server``: ``transformers serve`` on the same checkpoint;
 (c) ``naive_serve``: a naive Ray Serve app yielding one token per Ray object (:mod:`bench.naive_serve`);
-(d) ``stack``: this project's app (``serve_app.app.build_app``, one variant, default coalescing). Each path
-runs every concurrency level as a closed loop of identical requests (same prompts, same lengths, outputs
+(d) ``stack``: this project's app (``serve_app.app.build_app``, one variant, default coalescing); (e) ``sidecar``,
+only when asked: the stack in front of (b), one ``openai_server`` variant relaying the engine server (the TensorRT-LLM
+sidecar hop; ``--engine-server fake-trtllm`` runs the tests' fake trtllm-serve in (b) and (e), bench/sidecar.py). Each
+path runs every concurrency level as a closed loop of identical requests (same prompts, same lengths, outputs
 forced to ``max_tokens``) and reports output tokens/s and TTFT p50/p99, plus tokens/s as a fraction of (a)
 and (b). The paths run one after another, each alone on the machine (the previous one is stopped first).
 
@@ -26,6 +28,7 @@ import math
 import os
 import shlex
 import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
@@ -33,13 +36,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import engine_server, overhead_results, pyspy
+from bench import engine_server, overhead_results, pyspy, sidecar
 from bench.client import TargetConfig
 from bench.direct import run_direct
+from bench.engine_server import EngineServerSettings
 from bench.expectation import closed_loop
 from bench.loadgen import LoadConfig, LoadResult
 from bench.local_serve import local_serve
 from bench.overhead_results import (
+    DEFAULT_PATHS,
     LOAD_GENERATOR,
     PATHS,
     LevelResult,
@@ -55,7 +60,7 @@ from bench.report import machine_info
 from bench.summary import summarize
 from bench.workload import RequestSpec
 from engines import event_loop
-from engines.config import CoalesceConfig, EmulatedEngineConfig, HFEngineConfig
+from engines.config import CoalesceConfig, EmulatedEngineConfig, HFEngineConfig, OpenAIServerEngineConfig
 from engines.emulated import EmulatedEngine
 from engines.factory import make_engine
 from engines.ports import free_port
@@ -93,7 +98,24 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--prompt-tokens", type=int, default=None, help="prompt length (default 64; --quick 32)")
     p.add_argument("--max-tokens", type=int, default=None, help="output length (default 128; --quick 64)")
-    p.add_argument("--paths", nargs="+", choices=list(PATHS), default=list(PATHS), help="which paths to run")
+    p.add_argument(
+        "--paths",
+        nargs="+",
+        choices=list(PATHS),
+        default=list(DEFAULT_PATHS),
+        help=f"which paths to run (default: {' '.join(DEFAULT_PATHS)})",
+    )
+    p.add_argument(
+        "--engine-server",
+        choices=sidecar.ENGINE_SERVERS,
+        default="transformers",
+        help="the server of engine_server and sidecar: transformers serve on the model, or the tests' fake "
+        "trtllm-serve (bench/sidecar.py)",
+    )
+    p.add_argument(
+        "--stream-interval", type=int, default=1, help="fake-trtllm: trtllm-serve's stream_interval (default 1)"
+    )
+    p.add_argument("--fake-step-ms", type=float, default=5.0, help="fake-trtllm: its decode step (default 5 ms)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads of every engine (default: all)")
     p.add_argument(
         "--max-running-requests", type=int, default=None, help="engine batch size (default: the top concurrency)"
@@ -190,7 +212,12 @@ BenchEngine = HFEngineConfig | EmulatedEngineConfig
 
 
 def stack_app_args(
-    engine: BenchEngine, *, device: str, max_tokens: int, max_concurrency: int, ingress_replicas: int = 1
+    engine: BenchEngine | OpenAIServerEngineConfig,
+    *,
+    device: str,
+    max_tokens: int,
+    max_concurrency: int,
+    ingress_replicas: int = 1,
 ) -> dict:
     """A one-variant serve_app config on ``engine`` (everything else at its default)."""
     resources = engine_actor_options(device)
@@ -387,9 +414,30 @@ class _Run:
         )
 
     def engine_server(self) -> dict[int, LevelResult]:
+        with self.running_engine_server(self.model_dir) as (url, settings):
+            if settings is None:  # the fake trtllm-serve: token-id prompts and ignore_eos, as trtllm-serve takes
+                target = self.http_target(url, sidecar.FAKE_MODEL)
+                return self.http_levels("engine_server", target, as_text=False)
+            target = engine_server.target(url, settings, SAMPLING).model_copy(
+                update={"request_timeout_s": self.args.request_timeout_s}
+            )
+            return self.http_levels("engine_server", target, as_text=True)
+
+    @contextlib.contextmanager
+    def running_engine_server(self, model_dir: str) -> Iterator[tuple[str, EngineServerSettings | None]]:
+        """(b)'s server, also (e)'s: transformers serve on ``model_dir`` with the hf engine's KV settings (and its
+        settings), or the fake trtllm-serve (None)."""
+        out = self.args.out or Path("/tmp")
+        if self.args.engine_server == "fake-trtllm":
+            work = out / f"fake-trtllm-{os.getpid()}"
+            with sidecar.running_fake(
+                free_port(), stream_interval=self.args.stream_interval, step_ms=self.args.fake_step_ms, work=work
+            ) as url:
+                yield url, None
+            return
         assert isinstance(self.engine, HFEngineConfig)
-        settings = engine_server.EngineServerSettings(
-            model_dir=self.model_dir,
+        settings = EngineServerSettings(
+            model_dir=model_dir,
             device=self.device,
             dtype="bfloat16" if self.device == "cuda" else "float32",  # the hf engine's "auto"
             page_size=self.engine.page_size,
@@ -397,14 +445,37 @@ class _Run:
             max_batch_tokens=self.engine.max_batch_tokens,
             port=free_port(),
         )
-        log = (self.args.out or Path("/tmp")) / f"transformers-serve-{os.getpid()}.log"
+        log = out / f"transformers-serve-{os.getpid()}.log"
         threads = self.engine.num_threads
         env = {"OMP_NUM_THREADS": str(threads)} if threads else {}
         with _env(env), engine_server.running_server(settings, log) as url:
-            target = engine_server.target(url, settings, SAMPLING).model_copy(
-                update={"request_timeout_s": self.args.request_timeout_s}
+            yield url, settings
+
+    def sidecar_path(self, serve_url: str, *, delete: bool) -> dict[int, LevelResult]:
+        """(e): the stack's one variant on the openai_server backend, relaying (b)'s server (reached by url)."""
+        from serve_app.app import build_app
+
+        kind = self.args.engine_server
+        coalesce = (
+            CoalesceConfig() if self.args.coalesce_ms is None else CoalesceConfig(interval_ms=self.args.coalesce_ms)
+        )
+        with contextlib.ExitStack() as stack:
+            model_dir = self.model_dir
+            if kind == "transformers":
+                work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-sidecar-")))
+                model_dir = str(sidecar.endless_copy(self.model_dir, work))
+            url, _ = stack.enter_context(self.running_engine_server(model_dir))
+            batch_slots = self.engine.max_running_requests if isinstance(self.engine, HFEngineConfig) else 0
+            engine = sidecar.sidecar_engine(kind, url, model_dir=model_dir, coalesce=coalesce, batch_slots=batch_slots)
+            app_args = stack_app_args(
+                engine, device="cpu", max_tokens=self.max_tokens, max_concurrency=max(self.concurrency)
+            )  # the server holds the accelerator, not the replica
+            app_args["tokenizer"] = self.model_dir
+            # transformers serve takes no ignore_eos: its model's end never comes (sidecar.endless_copy).
+            target = self.http_target(serve_url, "bench").model_copy(update={"ignore_eos": kind != "transformers"})
+            return self._serve_app(
+                "sidecar", lambda: build_app(app_args), serve_url, "bench", delete=delete, target=target
             )
-            return self.http_levels("engine_server", target, as_text=True)
 
     def serve_paths(self, wanted: Sequence[str]) -> dict[str, PathResult]:
         """(c) and (d) on one local Ray cluster of our own, one app at a time."""
@@ -429,20 +500,30 @@ class _Run:
         with local_serve("bench-overhead", env=self.serve_env) as url:
             for name in wanted:
                 last = name == wanted[-1]  # serve.shutdown() tears the last app down anyway
+                if name == "sidecar":
+                    results[name] = _attempt(name, functools.partial(self.sidecar_path, url, delete=not last))
+                    continue
                 results[name] = _attempt(
                     name, functools.partial(self._serve_app, name, apps[name], url, models[name], delete=not last)
                 )
         return results
 
     def _serve_app(
-        self, name: str, build: Callable[[], Any], url: str, model: str, *, delete: bool
+        self,
+        name: str,
+        build: Callable[[], Any],
+        url: str,
+        model: str,
+        *,
+        delete: bool,
+        target: TargetConfig | None = None,
     ) -> dict[int, LevelResult]:
         from ray import serve
 
         started = time.perf_counter()
         serve.run(build(), name=name, route_prefix="/")
         print(f"  {name} deployed in {time.perf_counter() - started:.1f} s", flush=True)
-        levels = self.http_levels(name, self.http_target(url, model), as_text=False)
+        levels = self.http_levels(name, target or self.http_target(url, model), as_text=False)
         if not delete:
             return levels
         # The next app gets the machine to itself. A slow teardown is reported, not fatal: the numbers stand.
@@ -530,6 +611,37 @@ def _notes(run: _Run) -> list[str]:
     return notes
 
 
+def _server_notes(run: _Run) -> list[str]:
+    """What (b) and (e) ran against."""
+    if not {"engine_server", "sidecar"} & set(run.args.paths):
+        return []
+    if run.args.engine_server == "fake-trtllm":
+        notes = [
+            f"engine_server and sidecar ran the tests' fake trtllm-serve (no model work, a decode step of "
+            f"{run.args.fake_step_ms:g} ms per stream, stream_interval {run.args.stream_interval}), not the model: "
+            "its CPU is the server's HTTP and SSE framing only."
+        ]
+    else:
+        notes = [
+            "The sidecar's transformers serve loads a copy of the model whose end-of-sequence id is never produced "
+            "(it takes no ignore_eos), with the same KV settings as engine_server's."
+        ]
+    if "sidecar" in run.args.paths:
+        interval = CoalesceConfig().interval_ms if run.args.coalesce_ms is None else run.args.coalesce_ms
+        notes.append(
+            f"sidecar: one openai_server variant reaching the server by url, coalescing every {interval:g} ms; "
+            "the server's CPU is 'engine_server', the relay's the engine replica's and the ingress's."
+        )
+    return notes
+
+
+def _engine_server_unavailable(run: _Run) -> str | None:
+    """Why (b) and (e) cannot run, or None."""
+    if run.args.engine_server == "fake-trtllm":
+        return sidecar.fake_unavailable_reason()
+    return "an emulated engine has no server of its own" if run.emulated else engine_server.unavailable_reason()
+
+
 def execute(args: argparse.Namespace) -> OverheadResult:
     started = time.perf_counter()
     if args.profile is not None and not pyspy.available():
@@ -543,14 +655,17 @@ def execute(args: argparse.Namespace) -> OverheadResult:
     paths: dict[str, PathResult] = {}
     if "direct" in args.paths:
         paths["direct"] = _attempt("direct", lambda: event_loop.run(run.direct()))
+    server_missing = _engine_server_unavailable(run)
     if "engine_server" in args.paths:
-        reason = "an emulated engine has no server of its own" if run.emulated else engine_server.unavailable_reason()
-        if reason is None:
+        if server_missing is None:
             paths["engine_server"] = _attempt("engine_server", run.engine_server)
         else:
-            print(f"engine_server: skipped ({reason})", flush=True)
-            paths["engine_server"] = PathResult(description=PATHS["engine_server"], skipped=reason)
-    serve_wanted = [p for p in ("naive_serve", "stack") if p in args.paths]
+            print(f"engine_server: skipped ({server_missing})", flush=True)
+            paths["engine_server"] = PathResult(description=PATHS["engine_server"], skipped=server_missing)
+    if "sidecar" in args.paths and server_missing is not None:
+        print(f"sidecar: skipped ({server_missing})", flush=True)
+        paths["sidecar"] = PathResult(description=PATHS["sidecar"], skipped=server_missing)
+    serve_wanted = [p for p in ("naive_serve", "stack", "sidecar") if p in args.paths and p not in paths]
     if serve_wanted:
         try:
             paths.update(run.serve_paths(serve_wanted))
@@ -571,7 +686,7 @@ def execute(args: argparse.Namespace) -> OverheadResult:
         num_requests=run.requests,
         paths=overhead_results.with_ratios({name: paths[name] for name in PATHS if name in paths}),
         wall_s=time.perf_counter() - started,
-        notes=_notes(run),
+        notes=_notes(run) + _server_notes(run),
     )
 
 

@@ -24,7 +24,10 @@ PATHS: dict[str, str] = {
     "engine_server": "(b) the engine's own server (transformers serve)",
     "naive_serve": "(c) a naive Ray Serve app, one token per Ray object",
     "stack": "(d) this project's stack (Serve ingress + engine deployment)",
+    "sidecar": "(e) this project's stack in front of (b): an openai_server variant relaying the engine server",
 }
+# What runs without --paths: (e) only when asked (it is the TensorRT-LLM sidecar hop's bench, bench/sidecar.py).
+DEFAULT_PATHS = tuple(name for name in PATHS if name != "sidecar")
 BASELINES = ("direct", "engine_server")
 # The role of the bench process in the HTTP paths' CPU figures (in the direct path it is the engine itself).
 LOAD_GENERATOR = "load_generator"

@@ -6,9 +6,12 @@ from pathlib import Path
 
 import pytest
 
+from bench import sidecar
 from bench.__main__ import build_parser
 from bench.overhead import engine_config, num_requests, stack_app_args
-from bench.overhead_results import PATHS
+from bench.overhead_results import DEFAULT_PATHS, PATHS
+from engines.config import CoalesceConfig
+from engines.model_ref import resolve_model
 from serve_app.config import load_app_config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -23,7 +26,7 @@ def test_requests_per_level():
 def test_defaults_and_paths_on_the_command_line():
     args = build_parser().parse_args(["overhead", "--quick", "--json", "out.json"])
     assert args.model == "builtin:tiny"
-    assert args.paths == list(PATHS)
+    assert args.paths == list(DEFAULT_PATHS) == [p for p in PATHS if p != "sidecar"]  # the sidecar when asked
     assert args.concurrency is None  # the run applies (1, 16, 64)
     args = build_parser().parse_args(["overhead", "--concurrency", "1", "256", "--paths", "direct", "stack"])
     assert args.concurrency == [1, 256]
@@ -78,7 +81,7 @@ def test_quick_end_to_end(tmp_path):
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     data = json.loads(out.read_text())
-    assert list(data["paths"]) == list(PATHS)
+    assert list(data["paths"]) == list(DEFAULT_PATHS)
     for name, path in data["paths"].items():
         assert path["skipped"] is None, (name, path["skipped"])
         level = path["levels"]["2"]
@@ -111,3 +114,55 @@ def test_an_emulated_engine_runs_every_path_but_the_engine_server_and_is_held_ag
     direct = data["paths"]["direct"]["levels"]["2"]
     assert direct["profile"]["tpot_p50_ms"] > 0 and direct["emulation_us_per_token"] > 0
     assert "against its profile" in (tmp_path / "report" / "report.md").read_text()
+
+
+@pytest.mark.parametrize("kind", sidecar.ENGINE_SERVERS)
+def test_the_sidecar_variant_is_a_valid_one_variant_app_on_the_openai_server_backend(kind):
+    engine = sidecar.sidecar_engine(
+        kind, "http://127.0.0.1:8123", model_dir="/m", coalesce=CoalesceConfig(interval_ms=20), batch_slots=64
+    )
+    config = load_app_config(stack_app_args(engine, device="cpu", max_tokens=64, max_concurrency=64))
+    (variant,) = config.variants
+    assert variant.engine.backend == "openai_server" and variant.engine.url == "http://127.0.0.1:8123"
+    assert variant.engine.coalesce.interval_ms == 20
+    assert variant.engine.max_batch_size == (64 if kind == "transformers" else sidecar.FAKE_BATCH_SLOTS)
+    assert variant.resources.num_gpus == 0  # the server is started beside the cluster, not by the replica
+    # transformers serve: text prompts, standard fields only; the fake: ids and trtllm-serve's extensions.
+    assert (variant.engine.prompt_format, variant.engine.sampling_extensions) == (
+        ("text", False) if kind == "transformers" else ("token_ids", True)
+    )
+
+
+def test_the_sidecars_model_copy_never_ends(tmp_path):
+    model = resolve_model("builtin:tiny")
+    copy = sidecar.endless_copy(model, tmp_path)
+    config = json.loads((copy / "config.json").read_text())
+    assert config["eos_token_id"] >= config["vocab_size"]
+    assert json.loads((copy / "generation_config.json").read_text())["eos_token_id"] == config["eos_token_id"]
+    assert json.loads((Path(model) / "config.json").read_text())["eos_token_id"] < config["vocab_size"]
+
+
+@pytest.mark.serve
+@pytest.mark.parametrize("kind", sidecar.ENGINE_SERVERS)
+def test_the_sidecar_path_relays_the_engine_server_through_the_stack(tmp_path, kind):
+    """--paths engine_server sidecar: the same server alone and behind an openai_server variant, every output at
+    max_tokens, the server's CPU and the relay's in their own roles. The fake at stream_interval 4 sends 6 tokens in
+    3 events (iterations 1, 4 and the last), which the load generator sees when it talks to the fake directly."""
+    out = tmp_path / "out.json"
+    command = [
+        sys.executable, "-m", "bench", "overhead", "--paths", "engine_server", "sidecar", "--engine-server", kind,
+        "--stream-interval", "4", "--concurrency", "2", "--num-requests", "3", "--max-tokens", "6",
+        "--prompt-tokens", "8", "--json", str(out),
+    ]  # fmt: skip
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert list(data["paths"]) == ["engine_server", "sidecar"]
+    for name, path in data["paths"].items():
+        assert path["skipped"] is None, (name, path["skipped"])
+        level = path["levels"]["2"]
+        assert (level["errors"], level["output_tokens"]) == (0, 18), name
+    sidecar_cpu = data["paths"]["sidecar"]["levels"]["2"]["cpu_s"]
+    assert {"engine_server", "variant-engine", "Ingress"} <= set(sidecar_cpu), sidecar_cpu
+    if kind == "fake-trtllm":
+        assert data["paths"]["engine_server"]["levels"]["2"]["tokens_per_message"] == 2.0
