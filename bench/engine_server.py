@@ -1,7 +1,7 @@
 """The engine's own server: path (b) of ``python -m bench overhead``, ``transformers serve`` for an hf model.
 
 ``transformers serve --continuous-batching`` runs the same continuous-batching manager as our hf engine behind
-its own FastAPI app. It differs from an OpenAI server in ways the load must respect (../shared/FACTS.md and
+its own FastAPI app. It differs from an OpenAI server in ways the load must respect (read in
 ``transformers/cli/serving/completion.py``):
 
 * the prompt must be text (it tokenizes it itself): the bench sends prompts whose encoding is the exact

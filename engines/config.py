@@ -40,7 +40,7 @@ OPENAI_EXTENSION_FIELDS = frozenset(
 
 
 class CoalesceConfig(StrictModel):
-    """How the engine replica gathers tokens before sending them through Ray (DESIGN.md principle 4)."""
+    """How the engine replica gathers tokens before sending them through Ray (docs/streaming.md)."""
 
     interval_ms: float = Field(
         50.0,

@@ -4,9 +4,9 @@ One background thread (transformers') runs the batch loop; every request registe
 receives its outputs on our event loop. Each output carries *all* tokens so far, so we keep a cursor per
 request and turn the new tokens into text incrementally.
 
-transformers 5.24's ``cancel_request`` emits no final output and never removes the request's result handler
-(../shared/FACTS.md), so whoever cancels must end the stream and unregister the handler: ``_release`` does
-both, whichever way a request ends.
+transformers' ``ContinuousBatchingManager.cancel_request`` (5.x) emits no final output and never removes the
+request's result handler, so whoever cancels must end the stream and unregister the handler: ``_release`` does
+both, whichever way a request ends (``tests/engines/test_hf.py``: a cancelled stream frees its slot).
 """
 
 from __future__ import annotations

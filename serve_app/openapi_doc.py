@@ -32,8 +32,8 @@ class ErrorResponse(BaseModel):
 
 
 def _response_model(chat: bool) -> type[BaseModel]:
-    # The openai package's own response types describe the bodies exactly (FACTS.md); imported here, lazily, since
-    # only the document needs them.
+    # The openai package's own response types describe the bodies exactly (its client parses them into these);
+    # imported here, lazily, since only the document needs them.
     if chat:
         from openai.types.chat import ChatCompletion
 

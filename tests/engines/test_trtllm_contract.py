@@ -494,7 +494,7 @@ async def wait_for(condition, timeout_s: float = 10.0) -> None:
             await asyncio.sleep(0.005)
 
 
-# --- The audit's discrepancies (../shared/audits/tensorrt-llm-1x.md, docs/tensorrt-llm.md), one test each ---
+# --- The audit's discrepancies (docs/tensorrt-llm.md, its D1-D13 table), one test each ---
 
 
 @pytest.mark.parametrize("path", ["cpp", "python"])
