@@ -294,8 +294,8 @@ async def warm(url: str, t: SweepTarget, count: int = 3) -> None:
 
 def probe_burst(max_running_requests: int) -> int:
     """Short probes sent at once: a quarter of the batch slots, 8 to 32. The step time is not linear in the
-    batch (on 2x H200 the transformers engine's decode grew ~10 ms per sequence in a burst of 8 and ~1.4 ms
-    per sequence at 100), so a larger engine is probed at a batch closer to the ones it will run."""
+    batch (a small burst's extra sequences cost far more each than a large batch's: docs/measurements.md), so a
+    larger engine is probed at a batch closer to the ones it will run."""
     return max(8, min(32, max_running_requests // 4))
 
 

@@ -94,9 +94,10 @@ def trace_starts(starts: Sequence[ReplicaStart], began: float, duration_s: float
 
 def start_fit(starts_by_mode: Mapping[str, Sequence[Mapping[str, Any]]], windows: Any, concurrency: int) -> Any:
     """The node's worker-process start queue (``sim.replica_starts``) fitted to the starts decided inside the
-    shape's peak windows, where the spike loads the machine (a start during the quiet base is 1.5-2.5 s beyond
-    its constructor here, under the step 3-14 s): the load the simulated scale-ups meet. Each mode's trace is
-    its own clock, so the modes are fitted as one queue laid end to end. None without such starts."""
+    shape's peak windows, where the spike loads the machine (a start there takes several times longer beyond
+    its constructor than one during the quiet base: docs/measurements.md): the load the simulated scale-ups
+    meet. Each mode's trace is its own clock, so the modes are fitted as one queue laid end to end. None
+    without such starts."""
     measured: list[MeasuredStart] = []
     offset = 0.0
     for mode_starts in starts_by_mode.values():

@@ -35,8 +35,8 @@ from router.types import Prediction, VariantView
 # a spike within a few seconds (a request's decode lasts seconds).
 RATE_TIME_CONSTANT_S = 5.0
 # A request teaches TPOT for its first tokens once it has this many (or half its max_tokens, if fewer), rather
-# than only when it ends. On 2x H200 an answer of 64 tokens took ~7 s at load, longer than half a quick bench
-# point, so the router decided most of a point on its seed figures (python -m bench routing, 2026-11-30).
+# than only when it ends: at load one answer can outlast half a bench point, and until then the router decides
+# on its seed figures (docs/measurements.md).
 TPOT_CHECKPOINT_TOKENS = 16
 
 

@@ -74,8 +74,8 @@ class RedirectedDemand:
     The level is the larger of two counts: the bookings still within their time (what is in flight now), and
     the rate of the last ``rate_window_s`` times their mean time (Little's law: what will be in flight once the
     rate holds for one request's time). Under a step the first lags the load by a whole request; the second
-    reaches it within the window. Measured in the simulator on ``bench spike``'s fleet: the 10x step's
-    attainment during the spike 87.8% -> 89.2%, the burst train's 56.5% -> 61.7%, the same replica-seconds.
+    reaches it within the window. In the simulator on ``bench spike``'s fleet the rate count raised the
+    attainment of the step and of the burst train at the same replica-seconds (docs/measurements.md).
     """
 
     def __init__(self, rate_window_s: float = 1.0) -> None:

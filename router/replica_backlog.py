@@ -5,7 +5,7 @@ lands behind a replica's 10k-token prefill as readily as behind ten decoding cha
 router sees the prompts it sends, so it can estimate each replica's unprefilled prompt tokens: a replica
 prefills first come first served at ``tokens_per_s``; a request's prompt is done ``tokens / tokens_per_s``
 after the previous one's (or after its own send, if the replica was idle by then). In the simulator this
-choice raised attainment by 3 to 12 points where long and short prompts share replicas (docs/sim.md).
+choice raised attainment where long and short prompts share replicas (docs/sim.md has the figures).
 """
 
 from __future__ import annotations

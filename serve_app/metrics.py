@@ -127,7 +127,7 @@ class OffLoopObserver:
     """Histogram observations made by a background thread instead of the caller.
 
     Ray's metric record releases the GIL (Cython ``with nogil``); on a busy ingress the event loop then waits for
-    it to come back, measured at ~0.13 ms of wall time (and ~0.017 ms of CPU) per call, once per streamed chunk.
+    it to come back, many times its CPU cost, once per streamed chunk (docs/measurements.md has the figures).
     The stream only appends (value, tags) here; a daemon thread observes them every ``period_s``. Same
     observations, same tags (none of ours comes from the request context); at most ``max_pending`` wait, the
     oldest dropped beyond that.

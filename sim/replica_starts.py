@@ -4,10 +4,9 @@ A Ray node starts worker processes at most ``maximum_startup_concurrency`` at a 
 ``ray/_private/services.py``, 2.60), and each costs seconds of CPU (importing Ray, Serve and the app) before the
 replica's constructor (the engine's cold start) runs. So the replicas of one scale-up do not arrive together
 after a mean start-up: the first come after one process start, the rest one process start later per
-``concurrency`` of them. On a 2-core machine a batch of six measured 3 to 12 s beyond its 6 s cold start
-(results/spike/step), which a uniform extra start-up (their mean for every replica) turns into six
-replicas at once: the simulator then had capacity the real stack did not, 6.2 points of attainment too much
-for Serve's default policy on the 10x step.
+``concurrency`` of them. A uniform extra start-up (their mean for every replica) turns such a staggered batch
+into replicas all at once: the simulator then has capacity the real stack did not, and overrates attainment
+on a step (docs/measurements.md has the run that showed it).
 
 :class:`ProcessStarts` is that queue in virtual time; :func:`fit_process_starts` finds the per-process time
 and the rest of its start that reproduce the measured starts of a real run (their decision times and their

@@ -117,8 +117,7 @@ def slo_window_s(mix: MixConfig, tiers: Mapping[str, SLOTier]) -> float:
     every token after the first, at the longest output of its class (0 when no class has both targets).
 
     A bench's hard limit per request must not be shorter: a request cut before this window ends is scored a
-    miss it might not have been (on 2x H200 with 4 s / 250 ms targets, an 8 s limit cut long prompts that
-    were on their way to meeting 19.75 s)."""
+    miss it might not have been (docs/measurements.md: the run where a shorter limit did that)."""
     window = 0.0
     for cls in mix.classes:
         slo = slo_of(cls.tier, tiers)

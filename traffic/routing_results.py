@@ -55,9 +55,9 @@ class SweepPoint(BaseModel):
     )
 
 
-# A point's steady part starts after this fraction of its arrivals' duration. On 2x H200 the SLO policy's misses
-# at 14 req/s came in the first 1-2 s of 10 s points, before the engines' pace and its first checkpoints
-# reached the latency models (python -m bench routing, 2026-11-30).
+# A point's steady part starts after this fraction of its arrivals' duration: the SLO policy's misses come in a
+# point's first seconds, before the engines' pace and its first checkpoints reach the latency models
+# (docs/measurements.md).
 STEADY_FROM = 0.2
 
 
