@@ -82,16 +82,16 @@ def test_errors_that_are_not_ours_get_the_opaque_row():
     assert "secret" not in body["error"]["message"]
 
 
-@pytest.mark.parametrize(
-    ("error", "seconds"),
-    [
-        (OverloadedError("busy", retry_after_s=2.5), 3),
-        (OverloadedError("busy", retry_after_s=0.01), 1),
-        (UnavailableError("none", retry_after_s=5), 5),
-        (OverloadedError("busy", retry_after_s=float("inf")), 60),
-        (InvalidRequestError("bad"), None),
-    ],
-)
+# (error, whole seconds until a retry): the retryable errors; the gRPC boundary's tests use them too.
+RETRY_CASES = [
+    (OverloadedError("busy", retry_after_s=2.5), 3),
+    (OverloadedError("busy", retry_after_s=0.01), 1),
+    (UnavailableError("none", retry_after_s=5), 5),
+    (OverloadedError("busy", retry_after_s=float("inf")), 60),
+]
+
+
+@pytest.mark.parametrize(("error", "seconds"), [*RETRY_CASES, (InvalidRequestError("bad"), None)])
 def test_retry_after_is_whole_seconds_for_retryable_errors_only(error, seconds):
     assert retry_after_seconds(error) == seconds
     _, _, headers = describe(error)

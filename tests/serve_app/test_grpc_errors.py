@@ -20,6 +20,7 @@ from core.errors import (
     UnavailableError,
 )
 from serve_app.grpc_errors import grpc_status
+from tests.core.test_error_table import RETRY_CASES
 
 CASES = [
     (InvalidRequestError("bad", param="top_p"), grpc.StatusCode.INVALID_ARGUMENT),
@@ -55,15 +56,7 @@ def test_the_field_at_fault_is_named():
     assert dict(grpc_status(ModelNotFoundError("who")).trailing_metadata) == {"error-param": "model"}
 
 
-@pytest.mark.parametrize(
-    ("error", "seconds"),
-    [
-        (OverloadedError("busy", retry_after_s=2.5), 3),
-        (OverloadedError("busy", retry_after_s=0.01), 1),
-        (UnavailableError("none", retry_after_s=5), 5),
-        (OverloadedError("busy", retry_after_s=float("inf")), 60),
-    ],
-)
+@pytest.mark.parametrize(("error", "seconds"), RETRY_CASES)
 def test_retryable_errors_say_when_three_ways(error, seconds):
     status = grpc_status(error)
     metadata = dict(status.trailing_metadata)
