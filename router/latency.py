@@ -39,7 +39,12 @@ Under load the TPOT prediction has a floor: the pace the replica's sequences mea
 slow at once, not after its requests have finished and taught it.
 
 The slot term is a continuous batching engine's queue: a request that finds every slot taken waits for
-running ones to finish, and they finish at ``running / (mean_output_tokens * TPOT)`` per millisecond.
+running ones to finish, and they finish at ``running / (mean_output_tokens * TPOT)`` per millisecond. Where the
+ingress knows how much the running sequences have left (``decode_tokens_left``, their mean), only the first
+``running`` completions come from them (the k-th of ``running`` after ``2 k left / (running + 1)`` tokens, their
+remaining work spread evenly); every later one is a queued request's whole answer (:func:`slot_wait_tokens`).
+Scaling every completion by the running ones' mean remaining work, as it did, predicted about half the wait of
+a deep queue, and under a spike the router kept accepting requests that were then late (docs/autoscaling.md).
 
 The weights start from a :class:`~router.config.LatencyProfile` (or its pessimistic defaults) and are
 refined by :meth:`LatencyModel.observe_ttft` / :meth:`LatencyModel.observe_tpot` (or both at once,
@@ -234,6 +239,17 @@ class _UpperQuantile:
 # Prefill may use at most this share of a replica's time in the TPOT prediction: beyond it the replica
 # cannot keep up, and the prediction (20x the decode step) says so without dividing by ~0.
 _MAX_PREFILL_SHARE = 0.95
+
+
+def slot_wait_tokens(waiting_for_slot: float, running: float, tokens_left: float | None, mean_output: float) -> float:
+    """Decode tokens (at the running batch's TPOT, over ``running`` sequences) until ``waiting_for_slot`` requests
+    have finished: ``waiting_for_slot * mean_output`` when what the running ones have left is unknown (the steady
+    rate), else their ``tokens_left`` for the first ``running`` completions and a whole answer for each later one.
+    Times ``TPOT / running`` it is the wait in ms."""
+    if tokens_left is None:
+        return waiting_for_slot * mean_output
+    first = waiting_for_slot if waiting_for_slot < running else running
+    return first * 2.0 * tokens_left * running / (running + 1.0) + (waiting_for_slot - first) * mean_output
 
 
 def _dot(a: Sequence[float], b: Sequence[float]) -> float:
@@ -431,8 +447,9 @@ class LatencyModel:
             if measured_tpot_ms > 0.0:
                 measured = measured_tpot_ms * tpot_running / at_measured / lift
                 tpot_running = measured if measured > tpot_running else tpot_running
-            tokens_left = mean_output_tokens if load.decode_tokens_left is None else max(load.decode_tokens_left, 1.0)
-            slot_wait = load.waiting_for_slot * tokens_left * tpot_running / running
+            tokens_left = None if load.decode_tokens_left is None else max(load.decode_tokens_left, 1.0)
+            tokens = slot_wait_tokens(load.waiting_for_slot, running, tokens_left, mean_output_tokens)
+            slot_wait = tokens * tpot_running / running
         prefill = (prompt_tokens + load.queued_prompt_tokens) * ms_per_token
         return base + prefill + slot_wait + steps * (batch_ms + context_ms) + load.startup_ms, tpot
 
@@ -449,8 +466,8 @@ class LatencyModel:
         tpot = self.predict_load_tpot_ms(load, running)
         # A slot frees when a running sequence finishes: its remaining decode work, where the ingress knows
         # it (its own requests' max_tokens less their progress), else the learned mean answer length.
-        tokens_left = mean_output_tokens if load.decode_tokens_left is None else max(load.decode_tokens_left, 1.0)
-        slot_wait = load.waiting_for_slot * tokens_left * tpot / running
+        tokens_left = None if load.decode_tokens_left is None else max(load.decode_tokens_left, 1.0)
+        slot_wait = slot_wait_tokens(load.waiting_for_slot, running, tokens_left, mean_output_tokens) * tpot / running
         prefill = (prompt_tokens + load.queued_prompt_tokens) * ms_per_token
         step = self._batch_step_ms(load.batch_when_running, load.context_tokens + prompt_tokens)
         return base + prefill + slot_wait + steps * step + load.startup_ms

@@ -229,12 +229,20 @@ class _Judge:
                 measured = measured_tpot_ms * tpot_running / at_measured / lift
                 if measured > tpot_running:
                     tpot_running = measured
+            # latency.slot_wait_tokens, inline: the running ones' known remaining work for the first `running`
+            # completions, a whole answer for each later one.
             tokens_left = load.decode_tokens_left
             if tokens_left is None:
-                tokens_left = mean_output_tokens
-            elif tokens_left < 1.0:
-                tokens_left = 1.0
-            slot_wait = waiting_for_slot * tokens_left * tpot_running / running
+                slot_tokens = waiting_for_slot * mean_output_tokens
+            else:
+                if tokens_left < 1.0:
+                    tokens_left = 1.0
+                first = waiting_for_slot if waiting_for_slot < running else running
+                slot_tokens = (
+                    first * 2.0 * tokens_left * running / (running + 1.0)
+                    + (waiting_for_slot - first) * mean_output_tokens
+                )
+            slot_wait = slot_tokens * tpot_running / running
         queued_prompt_tokens = load.queued_prompt_tokens
         ttft = (
             base

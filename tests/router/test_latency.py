@@ -277,9 +277,10 @@ def test_a_slow_measured_pace_lengthens_the_wait_for_a_slot():
     slow = load(
         running=16, queued=1, waiting_for_slot=1, decode_tokens_left=10.0, measured_tpot_ms=210.0, measured_batch=16
     )
-    # The slot frees when a running sequence's last 10 tokens are out: 10 x 210 / 16 ms instead of 10 x 70 / 16.
-    # (The model's batch slope carries the pace measured at a batch of 16 over to the running 16: unchanged.)
-    assert model.predict_ttft_ms(100, slow) - model.predict_ttft_ms(100, full) == pytest.approx(10 * 140.0 / 16)
+    # The slot frees when the first of the running sequences is out (2 x 10 / 17 tokens on average): at 210 ms a
+    # token instead of 70. (The model's batch slope carries the pace measured at a batch of 16 over to the
+    # running 16: unchanged.)
+    assert model.predict_ttft_ms(100, slow) - model.predict_ttft_ms(100, full) == pytest.approx(2 * 10 / 17 * 140.0)
 
 
 def test_a_measured_cost_of_prefill_to_decode_seeds_the_interference():
@@ -316,7 +317,22 @@ def test_slot_wait_uses_the_known_decode_work_left_of_running_requests():
     full = load(running=16, queued=1, waiting_for_slot=1)
     nearly_done = load(running=16, queued=1, waiting_for_slot=1, decode_tokens_left=10.0)
     assert model.predict_ttft_ms(100, nearly_done) < model.predict_ttft_ms(100, full)
-    assert model.predict_ttft_ms(100, nearly_done) == pytest.approx(150.0 + 10 * 70.0 / 16 + 1.5 * 30.0)
+    # The first of 16 running sequences with 10 tokens left on average finishes after 2 x 10 / 17 of them.
+    assert model.predict_ttft_ms(100, nearly_done) == pytest.approx(150.0 + 2 * 10 / 17 * 70.0 + 1.5 * 30.0)
+
+
+def test_a_deep_queue_waits_a_whole_answer_per_request_beyond_the_running_ones():
+    """Only the first ``running`` completions come from the running sequences' remaining work: each request queued
+    ahead beyond them decodes its whole answer first (the queue of a spike, where the router must not accept
+    requests it cannot serve in time)."""
+    model = LatencyModel(PROFILE)  # mean_output_tokens 100
+    halfway = {"running": 2, "queued": 6, "decode_tokens_left": 50.0}
+    shallow = model.predict_ttft_ms(100, load(waiting_for_slot=1, **halfway))
+    deep = model.predict_ttft_ms(100, load(waiting_for_slot=6, **halfway))
+    tpot_running = model.predict_tpot_ms(2)
+    # Two completions from the running pair (2 x 50 x 2 / 3 tokens each, over 2), then four whole answers over 2.
+    assert deep - shallow == pytest.approx((2 * 2 * 50 * 2 / 3 + 4 * 100 - 2 * 50 * 2 / 3) * tpot_running / 2)
+    assert deep - shallow > 4 * 100 * tpot_running / 2  # at least the four answers queued ahead
 
 
 @pytest.mark.parametrize("context_cost", [0.0, 0.002])
