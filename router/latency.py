@@ -14,24 +14,20 @@ a prefill chunk lasts as long as both, so a replica that receives ``r`` prompt t
 decodes each token in ``T = d + c * r * T`` where ``d`` is the decode-only step and ``c`` the cost of
 one prompt token, i.e. ``T = d / (1 - c * r)``. The model learns ``c`` from the prompt tokens actually
 dispatched during each request's decode (per decode step), seeded from the profile's
-``decode_ms_per_prefill_token`` where it is measured, else its prefill rate. (On 2x H200 the transformers
-engine's 8B decoded at ~165 ms a token from the first second of the bench's mix, where the prefill rate
-alone predicted ~35: its mixed steps cost far more than prefill and decode apart; the bench now measures it.)
+``decode_ms_per_prefill_token`` where it is measured, else its prefill rate. (The prefill rate alone can
+predict a small fraction of the mixed steps' real cost, docs/measurements.md: the bench now measures it.)
 
 The context term is the KV cache a decode step reads: every running sequence's prompt and output so far.
 A memory-bound engine reads all of it each step; the transformers engine's paged SDPA attends over the
-whole batch's KV for each query, so there one long prompt decoding slows every short one beside it. On this
-CPU (builtin:small, 2026-11-30) one 900-token context joining 16 short sequences took their TPOT from 10.0
-to 12.1 ms (6.0 to 6.9 at 8); on 2x H200 the 1B's chat TPOT doubled once a few long prompts a second were
-sent there (``python -m bench routing``). Seeded by the profile (the bench measures it: a short burst beside
+whole batch's KV for each query, so there one long prompt decoding slows every short one beside it (on this
+CPU and on H200s alike: docs/measurements.md). Seeded by the profile (the bench measures it: a short burst beside
 long prompts decoding), learned from each request's TPOT with the context it was predicted for; absent (not
 merely zero) when the profile gives context no cost, since learned from nothing it takes the batch slope's share.
 
 The steps term is the decode a new prompt waits through: the step in progress when it arrives and the one
 that prefills it, each as long as the running batch makes it (seeded at 1.5 steps, learned). Without it a
-busy replica's TTFT was predicted 1.3-2x too short on an H200 with the transformers engine, whose step grows
-by 7-10 ms per sequence (``python -m bench routing``, its predictions table, 2026-11-30); at batch 1 it is
-part of ``base``.
+busy replica's TTFT is predicted too short wherever the step grows with the batch (docs/measurements.md); at
+batch 1 it is part of ``base``.
 
 Under load the TPOT prediction has a floor: the pace the replica's sequences measured lately (engine stats'
 ``recent_tpot_ms``, at ``recent_decode_batch``), carried over to the new batch
@@ -316,8 +312,7 @@ class LatencyModel:
         ]
         # The context term only where the profile gives context a cost (the bench's calibration measures it).
         # Learned from nothing it took the batch slope's and the prefill's share wherever context grows with
-        # them, and cost the simulator's tiers fleet (whose decode steps do not grow with context) 2-8 points
-        # of attainment (python -m sim --scenario tiers, R = 5 and 6, 2026-11-30).
+        # them, and cost attainment where decode steps do not grow with context (docs/measurements.md).
         self._context_term = p.tpot_ms_per_context_token > 0.0
         if self._context_term:
             tpot_weights.append(_Weight(p.tpot_ms_per_context_token, lower=0.0, upper=10.0, floor=1e-6))
@@ -388,13 +383,11 @@ class LatencyModel:
         replica's sequences measured a slower pace lately.
 
         The measured pace (carried over to this batch by the model's own batch slope) holds what the model
-        has no term for or has not learned yet: on 2x H200 with the transformers engine the 8B's TPOT ran a
-        median 2.7x above the model under the long prompts' prefill, for longer than a quick bench point
-        (python -m bench routing, 2026-11-30). It floors the prediction *inflated by the error margin*, the
-        figure the SLO is judged on: the mean is lifted to ``measured / (1 + margin)``. Flooring the mean
-        itself double-counted the measurement's own noise (on top of the margin) and cost 1.4-1.7 points of
-        attainment in the simulator's ``tiers`` fleet; this way it gained 0.1-1.4 (python -m sim, tiers at
-        R = 5 / 5.5 / 6, 2026-11-30).
+        has no term for or has not learned yet, such as a long prompts' prefill slowing decode for longer than
+        a bench point. It floors the prediction *inflated by the error margin*, the figure the SLO is judged on:
+        the mean is lifted to ``measured / (1 + margin)``. Flooring the mean itself double-counted the
+        measurement's own noise (on top of the margin) and cost attainment in the simulator; this way it gains
+        (docs/measurements.md has both).
         """
         batch = load.batch_when_running if batch_size is None else batch_size
         rate = load.prefill_tokens_per_s

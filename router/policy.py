@@ -28,8 +28,8 @@ How ``slo`` judges, and why:
   decision hedges against the errors the model actually makes (load arriving after the decision,
   stale reports), and by as much as they are, per variant: a well-predicted variant keeps a small
   margin, an erratic one a large one. ``slo_headroom`` stays as a fixed margin on top, for a model
-  with no errors seen yet. The defaults were chosen in the simulator's built-in scenario (quantile
-  0.9 / scale 1.0 left 0.4% more interactive misses on the 70B pool than 0.97 / 1.5).
+  with no errors seen yet. The defaults were chosen in the simulator's built-in scenario, where they left the
+  fewest interactive misses (docs/measurements.md).
 * **Quality first, with a tolerance.** Variants whose quality is within ``quality_tolerance`` of the
   best meeting one count as equal; among them the one with the most *slack* (relative room under the
   targets) wins, which spreads load toward the less loaded of near-equal variants instead of filling
@@ -71,8 +71,8 @@ def route_idle(request: RequestFeatures, variants: Sequence[VariantView], config
     """The decision :func:`route` would make with a fresh :class:`RouterState` if every variant had a free
     ready replica and nothing running or queued (``router.redirect.idle``'s views): where a request would go
     on an idle fleet. The same Decision as ``route(request, [idle(v) for v in variants], config,
-    RouterState())`` (tests/router/test_route_idle.py), without building those views: a frozen VariantView
-    costs ~5 us to build, so sixteen of them cost more than the decision on them."""
+    RouterState())`` (tests/router/test_route_idle.py), without building those views: at sixteen variants
+    building them costs more than the decision on them (docs/measurements.md)."""
     return _decide(request, variants, config, RouterState(), idle=True)
 
 
@@ -426,7 +426,7 @@ def _most_likely(likely: Sequence[VariantView], expected: Mapping[str, float]) -
     """Among variants whose mean prediction meets the SLO while none is sure to, the one with the most room
     (the best quality on a tie). With no variant sure, the chance of meeting comes before the objective: in
     the simulator's two_variant fleet at capacity, the best-quality pick sent interactive chat to the 70B,
-    where its mean TPOT sat at the target and 45% missed (docs/sim.md)."""
+    where its mean TPOT sat at the target and much of it missed (docs/sim.md)."""
     return min(likely, key=lambda v: (expected[v.name], -v.quality)), Reason.SLO_LIKELY
 
 
