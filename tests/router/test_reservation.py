@@ -62,6 +62,18 @@ def test_an_idle_big_model_still_takes_flexible_requests():
     assert decision.reason == Reason.SLO_MET_BEST_QUALITY
 
 
+def test_the_room_kept_is_judged_on_the_ttft_target_less_the_path_outside_the_ingress():
+    # 4050 ms of a 10000 ms target leave 0.6; with 7000 ms of it spent outside the ingress, 4050 of the 3000 left
+    # leave none: the flexible request goes around big.
+    config = RouterConfig(ttft_path_ms=7000.0)
+    state = seen_a_long_prompt(RouterConfig())
+
+    decision = route(request(1000, NO_SLO), [small(), big()], config, state)
+
+    assert decision.variant == "small"
+    assert decision.reason == Reason.SLO_MET_AROUND_RESERVATION
+
+
 def test_a_reservation_never_costs_a_request_its_own_slo():
     config = RouterConfig()
     state = RouterState()
