@@ -10,6 +10,9 @@ differences, each found by running the app's tests on 2.55.1 and reading its sou
   ``enable_custom_autoscaling_metrics``; 2.60 checks ``if self._autoscaling_config`` first). A fixed number of
   replicas is therefore deployed there as autoscaling between that number and itself.
 * Serve's HAProxy needs ``haproxy`` and ``socat`` on PATH (serve_app/fast_path.py).
+* ``AutoscalingContext`` takes one more required argument on 2.55 (``total_pending_async_requests``). Serve builds
+  it for the app's policy on either Ray; whoever else builds one (the policy's unit tests, a replay of recorded
+  metrics) goes through :func:`autoscaling_context`.
 
 Only the installed distribution's metadata is read here: importing Ray's Serve modules would read Serve's
 environment flags too early (serve_app/fast_path.py).
@@ -18,6 +21,7 @@ environment flags too early (serve_app/fast_path.py).
 from __future__ import annotations
 
 import importlib.metadata
+import inspect
 from typing import Any
 
 # The Ray versions the tests were run on: the default install's, and the newest beside TensorRT-LLM's pins.
@@ -49,3 +53,24 @@ def fixed_replicas(count: int, version: tuple[int, int] | None = None) -> dict[s
     if (version or ray_version()) >= RAY_2_60:
         return {"num_replicas": count}
     return {"autoscaling_config": {"min_replicas": count, "max_replicas": count, "initial_replicas": count}}
+
+
+# AutoscalingContext's required arguments that 2.60 no longer has, and the value that means "none" for each: on
+# 2.55.1 the broker task queue length of async inference (serve/_private/autoscaling_state.py: 0 until a
+# QueueMonitor reports one), which the policies here do not read.
+_OLDER_CONTEXT_DEFAULTS: dict[str, Any] = {"total_pending_async_requests": 0}
+
+
+def autoscaling_context(**fields: Any) -> Any:
+    """Ray's ``AutoscalingContext`` from 2.60's arguments, on the installed Ray.
+
+    An argument this Ray requires and 2.60 lacks gets its "none" value (:data:`_OLDER_CONTEXT_DEFAULTS`); an
+    argument this Ray does not take is dropped. Any other missing argument is the caller's error, as in Ray."""
+    from ray.serve.config import AutoscalingContext  # here, not at the top: Serve reads its flags on import
+
+    parameters = inspect.signature(AutoscalingContext).parameters
+    accepted = {name: value for name, value in fields.items() if name in parameters}
+    for name, parameter in parameters.items():
+        if name not in accepted and parameter.default is inspect.Parameter.empty and name in _OLDER_CONTEXT_DEFAULTS:
+            accepted[name] = _OLDER_CONTEXT_DEFAULTS[name]
+    return AutoscalingContext(**accepted)

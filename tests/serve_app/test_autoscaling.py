@@ -20,6 +20,7 @@ from engines.protocol import Delta, EngineStats
 from serve_app import autoscaling
 from serve_app.autoscaling import EngineLoadPolicy, RecentLatency, engine_metrics, replica_load, scaling_context
 from serve_app.config import DRAIN_MARGIN_S, ENGINE_LOAD_POLICY, AutoscalingSpec, load_app_config
+from serve_app.ray_compat import autoscaling_context
 
 DEPLOYMENT = DeploymentID(name="variant-tiny", app_name="llm")
 
@@ -48,7 +49,7 @@ def _ray_context(metrics: dict[str, dict[ReplicaID, float]], running: int, **ove
         "current_time": time.time(),
         "config": None,
     }
-    return AutoscalingContext(**{**fields, **overrides})
+    return autoscaling_context(**{**fields, **overrides})  # 2.60's arguments, on either Ray
 
 
 def _reported(*stats: EngineStats) -> dict[str, dict[ReplicaID, float]]:

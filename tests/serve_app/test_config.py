@@ -15,6 +15,7 @@ from ray.serve.config import AutoscalingConfig
 
 from engines.errors import EngineConfigError
 from serve_app.config import format_loc, load_app_config, load_config_file, main
+from serve_app.ray_compat import RAY_2_60, ray_version
 
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCTION_CONFIGS = sorted((ROOT / "configs").glob("gpu-trtllm*.yaml"))
@@ -427,7 +428,13 @@ def test_fixed_replica_options_are_accepted_by_ray_serve():
     deployment = _deployment(**variant.deployment_options())
 
     assert deployment.name == "variant-tiny"
-    assert deployment.num_replicas == 2
+    config = deployment._deployment_config
+    if ray_version() >= RAY_2_60:
+        assert deployment.num_replicas == 2
+        assert config.autoscaling_config is None
+    else:  # Ray 2.55 starts no fixed-count engine replica: min = max autoscaling instead (serve_app/ray_compat.py)
+        scaling = config.autoscaling_config
+        assert (scaling.min_replicas, scaling.max_replicas, scaling.initial_replicas) == (2, 2, 2)
     assert deployment.max_ongoing_requests == 48
     assert deployment.ray_actor_options == {
         "num_cpus": 0.5,
@@ -436,10 +443,8 @@ def test_fixed_replica_options_are_accepted_by_ray_serve():
         "accelerator_type": "H200",
         "resources": {"node_a": 0.01},
     }
-    config = deployment._deployment_config
     assert config.graceful_shutdown_timeout_s == 90
     assert (config.health_check_period_s, config.health_check_timeout_s) == (5, 20)
-    assert config.autoscaling_config is None
 
 
 def test_a_variant_without_replica_settings_runs_one_replica():

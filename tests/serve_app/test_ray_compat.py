@@ -8,11 +8,18 @@ import os
 import stat
 from pathlib import Path
 
+import pytest
 from ray.serve.config import AutoscalingConfig
 
 from serve_app.config import VariantConfig
 from serve_app.fast_path import apply_fast_path_env, haproxy_tools_missing
-from serve_app.ray_compat import TESTED_RAY_VERSIONS, fixed_replicas, ray_version, ray_version_text
+from serve_app.ray_compat import (
+    TESTED_RAY_VERSIONS,
+    autoscaling_context,
+    fixed_replicas,
+    ray_version,
+    ray_version_text,
+)
 
 OLD, CURRENT = (2, 55), (2, 60)
 
@@ -95,3 +102,37 @@ def test_before_ray_2_60_the_grpc_servicer_registers_only_generic_handlers():
     server = _RecordingServer()
     grpc_api.add_LLMServiceServicer_to_server(servicer, server)
     assert server.calls == (["generic", "registered"] if ray_version() >= CURRENT else ["generic"])
+
+
+def test_an_autoscaling_context_is_built_from_2_60s_arguments_on_this_ray():
+    """Ray 2.55's AutoscalingContext also requires total_pending_async_requests; the helper fills its "none"."""
+    from ray.serve._private.common import DeploymentID
+
+    deployment = DeploymentID(name="d", app_name="a")
+    fields = {
+        "deployment_id": deployment,
+        "deployment_name": "d",
+        "app_name": "a",
+        "current_num_replicas": 2,
+        "target_num_replicas": 3,
+        "running_replicas": [],
+        "total_num_requests": 7.0,
+        "total_queued_requests": 1.0,
+        "aggregated_metrics": {},
+        "raw_metrics": {},
+        "capacity_adjusted_min_replicas": 1,
+        "capacity_adjusted_max_replicas": 4,
+        "policy_state": {},
+        "last_scale_up_time": None,
+        "last_scale_down_time": None,
+        "current_time": 5.0,
+        "config": None,
+    }
+    ctx = autoscaling_context(**fields)
+    assert (ctx.current_num_replicas, ctx.target_num_replicas, ctx.total_num_requests) == (2, 3, 7.0)
+    assert (ctx.capacity_adjusted_min_replicas, ctx.capacity_adjusted_max_replicas) == (1, 4)
+    if ray_version() < CURRENT:
+        assert ctx.total_pending_async_requests == 0
+    del fields["current_num_replicas"]
+    with pytest.raises(TypeError):  # what every Ray requires stays required
+        autoscaling_context(**fields)
