@@ -401,9 +401,11 @@ class LatencyModel:
 
     def predict_request(self, prompt_tokens: int, load: Load) -> tuple[float, float]:
         """``(predict_ttft_ms(prompt_tokens, load), predict_load_tpot_ms(load, None, prompt_tokens))``, the same
-        figures in one pass: the router asks this of every candidate variant on every decision, and the two share
-        most of their terms (the prefill share of a step, the measured pace, the weights), which are computed
-        once here. Keep it in step with the methods it stands for (tests/router/test_latency.py compares them)."""
+        figures in one pass: the reservation asks this of each kind it keeps room for, and the two share most of
+        their terms (the prefill share of a step, the measured pace, the weights), which are computed once here.
+        Keep it in step with the methods it stands for (tests/router/test_latency.py compares them), and with
+        ``router.policy._Judge.predict``, which is this arithmetic inline for every candidate of every decision
+        (tests/router/test_route_equivalence.py)."""
         (
             at_batch_1,
             per_extra_seq,
