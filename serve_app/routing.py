@@ -56,7 +56,9 @@ class RoutingTable:
         self._snapshot: dict[str, list[dict]] = {}
         self._variants = {v.name: v for v in config.variants}
         self._models = {v.name: new_latency_model(v.latency_profile, config.router) for v in config.variants}
-        self._book = InflightBook(self._models)
+        # The requests this table routed, in flight: the pipeline reports their first token, progress and close to
+        # it directly (``InflightBook``), with its own clock.
+        self.book = InflightBook(self._models)
         self._report_at: dict[str, float] = {}  # when each variant's figures were measured (monotonic)
         self._state = RouterState()
         # Last context length each variant reported: a variant with no ready replica right now keeps it, so a
@@ -153,7 +155,7 @@ class RoutingTable:
                 recent_decode_batch=pace_batch,
                 context_tokens=sum(r["context_tokens"] for r in replicas),
             )
-            views.append(self._book.annotate(view, now, self._report_at.get(name)))
+            views.append(self.book.annotate(view, now, self._report_at.get(name)))
         return views
 
     def has_live_stats(self) -> bool:
@@ -226,7 +228,7 @@ class RoutingTable:
         """Books a request sent to ``variant`` (``arrived_at``: when the ingress took it, the start of the TTFT
         its model learns); ``ticket.headers()`` are its predicted-latency headers."""
         replicas = len(self._snapshot.get(variant, ())) or 1
-        return self._book.open(
+        return self.book.open(
             variant,
             prompt_tokens,
             prediction,
@@ -235,19 +237,6 @@ class RoutingTable:
             replicas=replicas,
             arrived_at=arrived_at,
         )
-
-    def first_token(self, ticket: RouteTicket) -> None:
-        """The first token came back: the prompt is prefilled, and the variant's TTFT model learns now."""
-        self._book.first_token(ticket, time.monotonic())
-
-    def progress(self, ticket: RouteTicket, completion_tokens: int) -> None:
-        """The request reached ``completion_tokens``; at its checkpoint its decode so far teaches TPOT
-        (``InflightBook.progress``; the ingress calls this once, at ``ticket.checkpoint``)."""
-        self._book.progress(ticket, completion_tokens, time.monotonic())
-
-    def close(self, ticket: RouteTicket, completion_tokens: int, *, ok: bool) -> None:
-        """Ends a ticket once: TPOT is learned from a success, a lower bound from a failure or timeout."""
-        self._book.close(ticket, completion_tokens, time.monotonic(), ok=ok)
 
     def learned_profiles(self) -> dict[str, Any]:
         return {name: model.profile().model_dump() for name, model in self._models.items()}

@@ -65,8 +65,8 @@ def test_inflight_counts_open_and_close_once(table):
     ticket = table.open("tiny", 30, None)
     view = next(v for v in table.views() if v.name == "tiny")
     assert (view.inflight, view.inflight_prompt_tokens) == (1, 30)
-    table.close(ticket, 5, ok=True)
-    table.close(ticket, 5, ok=True)  # a second close must not double-count
+    table.book.close(ticket, 5, time.monotonic(), ok=True)
+    table.book.close(ticket, 5, time.monotonic(), ok=True)  # a second close must not double-count
     view = next(v for v in table.views() if v.name == "tiny")
     assert (view.inflight, view.inflight_prompt_tokens) == (0, 0)
 
@@ -90,7 +90,7 @@ def test_finished_requests_train_the_variants_latency_model(table):
         # TTFT 10 ms, then 9 more tokens over 9 s: a very slow 1000 ms per output token.
         now = time.monotonic()
         ticket.start, ticket.first_token_at = now - 9.010, now - 9.0
-        table.close(ticket, 10, ok=True)
+        table.book.close(ticket, 10, time.monotonic(), ok=True)
     after = table._models[variant].predict_tpot_ms(1.0)
     assert after > before  # the model moved toward what it observed
 
@@ -102,8 +102,8 @@ def test_a_long_answer_trains_tpot_midway_before_it_ends(table):
         # 16 tokens in 15 s, 240 still to come: the checkpoint teaches a slow 1000 ms per output token now.
         now = time.monotonic()
         ticket.start, ticket.first_token_at = now - 15.010, now - 15.0
-        table.progress(ticket, 8)  # before the checkpoint: nothing
-        table.progress(ticket, 16)
+        table.book.progress(ticket, 8, time.monotonic())  # before the checkpoint: nothing
+        table.book.progress(ticket, 16, time.monotonic())
     after = table._models[variant].predict_tpot_ms(1.0)
     assert after > before  # learned with every answer still open
 
@@ -130,7 +130,7 @@ def test_failed_requests_do_not_train(table):
     model = table._models[decision.variant]
     before = model.profile()
     ticket = table.open(decision.variant, 20, decision.predictions[decision.variant])
-    table.close(ticket, 0, ok=False)
+    table.book.close(ticket, 0, time.monotonic(), ok=False)
     assert model.profile() == before
 
 
@@ -171,7 +171,7 @@ def test_ticket_headers_and_unstarted_prompts_show_in_the_views(table):
     assert set(ticket.headers()) == {"x-route-predicted-ttft-ms", "x-route-predicted-tpot-ms"}
     view = next(v for v in table.views() if v.name == "tiny")
     assert (view.unstarted_requests, view.unstarted_prompt_tokens) == (1, 20)
-    table.first_token(ticket)
+    table.book.first_token(ticket, time.monotonic())
     view = next(v for v in table.views() if v.name == "tiny")
     assert (view.unstarted_requests, view.unstarted_prompt_tokens) == (0, 0)
 
@@ -184,7 +184,7 @@ def test_a_timeout_without_a_first_token_teaches_the_time_waited(table):
     for _ in range(20):
         ticket = table.open("tiny", 20, prediction, max_tokens=8)
         ticket.start = time.monotonic() - 60.0  # waited a minute, then timed out
-        table.close(ticket, 0, ok=False)
+        table.book.close(ticket, 0, time.monotonic(), ok=False)
     assert table.decide(RequestFeatures(prompt_tokens=20, max_tokens=8)).predictions["tiny"].ttft_ms > 10 * (
         prediction.ttft_ms
     )

@@ -1,0 +1,389 @@
+"""The request pipeline, the same for HTTP and gRPC: from an inbound request to the engine's deltas, and back.
+
+One request: auth -> parse and validate the body -> tokenize (the router needs the prompt length) -> route ->
+admit against the key's limits -> open the route ticket -> dispatch to the variant and wait for its first delta
+-> the deltas, to the finishing one. Then, exactly once, its release (``Pipeline._releasing``): route feedback
+(the latency models learn), metrics, the key's slot and, for anything but a success, the engine stream's cancel,
+which aborts the request inside the engine.
+
+``Pipeline.run`` is that whole life as one async generator of deltas: a route (``http_routes.py``,
+``grpc_routes.py``) iterates it and only reads its protocol's request and writes its protocol's stream. How the
+generator ends is how the request ended: it returns (a success), it raises :class:`RequestFailed` (the error,
+translated once, already released: the route tells its client), or the route closes it or is cancelled (the
+client went away: released as cancelled, unless a sibling choice's failure ended it, ``Flight.ended_by``).
+
+Nothing here needs Ray: the engine handles, the clock, the key store, the limits, the routing table and the
+metrics are given to it (``ingress.py`` gives Serve's; ``tests/serve_app/test_pipeline.py`` fakes the engine).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import time
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from core.errors import (
+    ContextTooLongError,
+    InvalidRequestError,
+    ModelNotFoundError,
+    OverloadedError,
+    RequestTimeoutError,
+    ServingError,
+    UnavailableError,
+)
+from engines.protocol import Delta, GenerationRequest
+from router import Decision, Prediction, Reason, RequestFeatures, features_from_headers
+from serve_app.auth import KeyStore, Principal
+from serve_app.config import AppConfig
+from serve_app.errors import describe
+from serve_app.limiter import Admission, SharedLimits
+from serve_app.metrics import IngressMetrics, RequestRecorder
+from serve_app.openai_api import ChatCompletionRequest, CompletionRequest, parse_request
+from serve_app.prompting import PromptBuilder
+from serve_app.routing import RouteTicket, RoutingTable
+
+logger = logging.getLogger("ray.serve")
+
+OK = 200
+# What a request that the client abandoned is counted as (nginx's "client closed request"): it has no status of
+# its own, since nobody is left to send one to.
+CLIENT_CLOSED = 499
+
+
+@dataclass(slots=True)
+class Inbound:
+    """What the pipeline reads from a request, whichever protocol carried it."""
+
+    chat: bool
+    authorization: str | None  # "Bearer <key>": the HTTP header or the gRPC metadata
+    slo_headers: Mapping[str, str]  # x-slo-tier / x-slo-ttft-ms / x-slo-tpot-ms, as router.features_from_headers reads
+    read_body: Callable[[], Awaitable[Any]]  # the body as the HTTP API's JSON (parsed, not yet validated)
+
+    def with_body(self, body: Any) -> Inbound:
+        """This request with ``body`` in hand (gRPC's, an extra choice's): read when the pipeline asks for it."""
+
+        async def read_body() -> Any:
+            return body
+
+        return dataclasses.replace(self, read_body=read_body)
+
+
+class RequestFailed(Exception):
+    """A request ended by an error, translated once and already released; the route tells its client.
+
+    ``error``: the project's error for it (anything else is answered as an opaque internal error);
+    ``status``, ``body``, ``headers``: its HTTP answer (``serve_app/errors.py``; the status labels the metrics)."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.status, self.body, self.headers = describe(error)
+
+
+@dataclass(slots=True, eq=False)
+class Flight:
+    """Everything one request holds while it is in flight, released once when its ``Pipeline.run`` ends."""
+
+    request_id: str
+    deadline: float  # on the pipeline's clock
+    arrived_at: float  # the ingress took the request (the pipeline's clock)
+    request: Any = None  # the validated CompletionRequest / ChatCompletionRequest
+    prompt_tokens: int = 0
+    headers: dict[str, str] = field(
+        default_factory=dict
+    )  # x-route-*, server-timing (HTTP headers; gRPC's last message)
+    variant: str = ""
+    reason: str = ""  # the route decision's reason; empty until routed
+    principal: Principal | None = None
+    admission: Admission | None = None  # what the request holds of its key's limits
+    ticket: RouteTicket | None = None
+    recorder: RequestRecorder | None = None  # once routed
+    stream: Any = None  # the variant's stream of deltas (Serve's DeploymentResponseGenerator)
+    last: Delta | None = None  # the latest delta the pipeline handed on
+    # A sibling choice's failure (n > 1) that ended this request: it is then released with that status, not as
+    # abandoned by the client.
+    ended_by: RequestFailed | None = None
+
+
+def server_timing(arrived_at: float, dispatched_at: float, first_token_at: float) -> str:
+    """The W3C ``Server-Timing`` header of a request's start: ``ingress`` from the ingress taking the request to
+    dispatching it (auth, parsing, tokenizing, routing), ``engine`` from dispatch to the first token back at the
+    ingress. Their sum is what the router's TTFT model learns and predicts; a client's TTFT less it is the path
+    outside the ingress: the Serve proxy both ways and the network."""
+    ingress_ms = (dispatched_at - arrived_at) * 1e3
+    engine_ms = (first_token_at - dispatched_at) * 1e3
+    return f"ingress;dur={ingress_ms:.1f}, engine;dur={engine_ms:.1f}"
+
+
+def rejection(decision: Decision, prompt_tokens: int, contexts: dict[str, int]) -> ServingError:
+    """The router's rejection as the project's error, so that the one boundary translates it."""
+    detail = decision.detail or f"The request was not routed ({decision.reason})."
+    status = decision.reject_status
+    if decision.reason == Reason.REJECTED_UNSUPPORTED_FIELD:
+        return InvalidRequestError(detail, param=decision.param)
+    if status == 400:
+        longest = max(contexts.values(), default=0)
+        return ContextTooLongError(detail, prompt_tokens=prompt_tokens, context_length=longest)
+    if status == 404:
+        return ModelNotFoundError(detail)
+    if status == 429:
+        return OverloadedError(detail, retry_after_s=decision.retry_after_s or 1.0)
+    return UnavailableError(detail, retry_after_s=decision.retry_after_s or 5.0)
+
+
+def _same(exc: BaseException) -> BaseException:
+    return exc
+
+
+class Pipeline:
+    """The protocol-independent request pipeline of one ingress replica (see the module's docstring)."""
+
+    def __init__(
+        self,
+        config: AppConfig,
+        *,
+        engines: Mapping[str, Any],
+        routing: RoutingTable,
+        keys: KeyStore,
+        limits: SharedLimits,
+        prompts: PromptBuilder,
+        metrics: IngressMetrics,
+        clock: Callable[[], float] = time.monotonic,
+        unwrap: Callable[[BaseException], BaseException] = _same,
+        replica_lost: tuple[type[BaseException], ...] = (),
+    ) -> None:
+        """``engines``: variant name -> streaming handle, ``handle.generate.remote(GenerationRequest)`` an async
+        iterator of :class:`Delta` with ``cancel()`` (Serve's ``DeploymentHandle.options(stream=True)``).
+        ``clock``: monotonic seconds, the routing table's clock too. ``unwrap``: the error an engine raised, from
+        what its transport wrapped it in. ``replica_lost``: errors that mean the replica died before the first
+        token, so that the request goes once more to the variant."""
+        self.config = config
+        self.keys = keys
+        self.routing = routing
+        self._engines = engines
+        self._book = routing.book
+        self._limits = limits
+        self._prompts = prompts
+        self._metrics = metrics
+        self._clock = clock
+        self._unwrap = unwrap
+        self._replica_lost = replica_lost
+        self.created = int(time.time())  # the models' "created" time
+
+    def model_names(self) -> list[str]:
+        """The public model (routed), then every variant (a variant's name pins it)."""
+        return [self.config.model_name] + [v.name for v in self.config.variants]
+
+    def prompt_text(self, prompt: str | list[int]) -> str:
+        """A completion prompt as text (``echo``)."""
+        return self._prompts.text(prompt)
+
+    def flight(self, request_id: str) -> Flight:
+        now = self._clock()
+        return Flight(request_id=request_id, deadline=now + self.config.limits.request_timeout_s, arrived_at=now)
+
+    def failure(self, exc: BaseException) -> RequestFailed:
+        """``exc`` translated once: an engine's error unwrapped from its transport, a timeout as the project's."""
+        if isinstance(exc, RequestFailed):
+            return exc
+        error = self._unwrap(exc)
+        if isinstance(error, TimeoutError):
+            error = RequestTimeoutError("The request ran past this endpoint's time limit and was stopped.")
+        return RequestFailed(error)
+
+    async def fail(self, flight: Flight, run: AsyncGenerator[Delta, None], exc: Exception) -> RequestFailed:
+        """The failure that ended ``run``: its own (a :class:`RequestFailed`), or an error of the route's own while
+        it held the request, which ends the run with it (released, the engine request aborted)."""
+        if isinstance(exc, RequestFailed):
+            return exc
+        flight.ended_by = failure = self.failure(exc)
+        await run.aclose()
+        return failure
+
+    # ------------------------------------------------------------------ one request's life
+
+    async def run(self, flight: Flight, inbound: Inbound) -> AsyncGenerator[Delta, None]:
+        """The request's deltas, first to finishing; ``flight.request`` is set by the first. Raises
+        :class:`RequestFailed` for an error, before the first delta or after it. The request is released when
+        this generator ends, whichever way (the module's docstring)."""
+        with self._releasing(flight):
+            first = await self._start(flight, inbound)
+            ticket, recorder, stream = flight.ticket, flight.recorder, flight.stream
+            assert ticket is not None and recorder is not None
+            # The token count at which the router learns TPOT midway (once); 0 after it, so that the per-message
+            # cost is one comparison.
+            checkpoint = ticket.checkpoint
+            yield first
+            if first.finish_reason:
+                return
+            # Entered here, not before the first yield: a timeout cancels the task that entered it, and the route
+            # may iterate the rest in another task than the one that waited for the first delta.
+            async with asyncio.timeout(self._remaining(flight)):
+                while True:
+                    delta = await anext(stream, None)
+                    if delta is None:
+                        return
+                    recorder.chunk(delta.completion_tokens)
+                    if checkpoint and delta.completion_tokens >= checkpoint:
+                        self._book.progress(ticket, delta.completion_tokens, self._clock())
+                        checkpoint = 0
+                    flight.last = delta
+                    yield delta
+                    if delta.finish_reason:
+                        return
+
+    @contextlib.contextmanager
+    def _releasing(self, flight: Flight) -> Iterator[None]:
+        """The one place a request is released: as a success when the block ends, with its error's status when it
+        raises (re-raised as :class:`RequestFailed`), as cancelled when the client went away."""
+        try:
+            yield
+        except Exception as exc:
+            failure = self.failure(exc)
+            self._release(flight, failure.status)
+            raise failure from None if failure is exc else exc
+        except BaseException:  # cancelled, or the route closed the stream
+            self._release(flight, flight.ended_by.status if flight.ended_by is not None else CLIENT_CLOSED)
+            raise
+        else:
+            self._release(flight, OK)
+
+    def _release(self, flight: Flight, status: int) -> None:
+        completion = flight.last.completion_tokens if flight.last is not None else 0
+        if flight.ticket is not None:
+            self._book.close(flight.ticket, completion, self._clock(), ok=status == OK)
+        if flight.recorder is not None:
+            flight.recorder.finish(flight.prompt_tokens, completion, status, cancelled=status == CLIENT_CLOSED)
+        else:
+            self._metrics.requests.inc(1, {"variant": flight.variant or "none", "status": str(status)})
+        if flight.admission is not None:
+            flight.admission.release()
+        if status != OK and flight.stream is not None:
+            flight.stream.cancel()  # client gone, failed or timed out: abort inside the engine
+
+    async def _start(self, flight: Flight, inbound: Inbound) -> Delta:
+        """auth -> parse -> tokenize -> route -> admit -> open the route ticket -> first delta."""
+        flight.principal = self.keys.authenticate(inbound.authorization)
+        body = await inbound.read_body()
+        req = flight.request = parse_request(ChatCompletionRequest if inbound.chat else CompletionRequest, body)
+        pinned = self._check_model(req.model)
+        if inbound.chat:
+            prompt_ids = self._prompts.chat(req.messages, req.template_tools())
+            max_tokens = req.effective_max_tokens()
+        else:
+            prompt_ids = self._prompts.completion(req.prompt)
+            max_tokens = req.max_tokens
+        max_tokens = self._check_max_tokens(max_tokens)
+        self._check_prompt_limit(len(prompt_ids))
+        flight.prompt_tokens = len(prompt_ids)
+        sampling = req.sampling(max_tokens)
+        features = features_from_headers(
+            inbound.slo_headers,
+            len(prompt_ids),
+            max_tokens,
+            req.priority,
+            pinned,
+            self.config.router,
+            sampling.requested_fields(),
+        )
+        variant, reason, prediction, refused = await self._route(features)
+        flight.reason = reason
+        flight.headers["x-route-reason"] = reason
+        self._metrics.route_decisions.inc(1, {"variant": variant or "none", "reason": reason})
+        if refused is not None:
+            raise refused
+        flight.variant = variant
+        flight.headers["x-route-variant"] = variant
+        flight.admission = await self._limits.admit(flight.principal, len(prompt_ids) + max_tokens)
+        flight.ticket = self.routing.open(
+            variant, len(prompt_ids), prediction, max_tokens=max_tokens, arrived_at=flight.arrived_at
+        )
+        flight.headers.update(flight.ticket.headers())  # x-route-predicted-ttft-ms / -tpot-ms
+        flight.recorder = RequestRecorder(
+            self._metrics, variant, features.slo.ttft_ms, features.slo.tpot_ms, prediction
+        )
+        dispatched_at = self._clock()
+        first = await self._first_delta(flight, variant, GenerationRequest(flight.request_id, prompt_ids, sampling))
+        if first is None:
+            first = Delta(text="", token_ids=[], finish_reason="stop", prompt_tokens=len(prompt_ids))
+        now = self._clock()
+        self._book.first_token(flight.ticket, now)
+        flight.headers["server-timing"] = server_timing(flight.arrived_at, dispatched_at, now)
+        flight.recorder.chunk(first.completion_tokens)
+        flight.last = first
+        logger.info("request %s -> %s (%s, %d prompt tokens)", flight.request_id, variant, reason, len(prompt_ids))
+        return first
+
+    def _remaining(self, flight: Flight) -> float:
+        return max(0.0, flight.deadline - self._clock())
+
+    async def _first_delta(self, flight: Flight, variant: str, request: GenerationRequest) -> Delta | None:
+        """Dispatches the request and waits for its first delta, within the request's time limit.
+
+        A replica that dies before the first token has sent the client nothing, so the request goes once more to
+        the variant: Serve's handle drops a replica whose actor died and picks another (or waits for the one it
+        starts in its place). After the first token a replica's death is the stream's error instead."""
+        for attempt in (1, 2):
+            flight.stream = self._engines[variant].generate.remote(request)
+            try:
+                async with asyncio.timeout(self._remaining(flight)):
+                    return await anext(flight.stream, None)
+            except self._replica_lost as exc:
+                if attempt == 2:
+                    raise
+                flight.stream.cancel()
+                self._metrics.retries.inc(1, {"variant": variant})
+                logger.warning(
+                    "request %s: a replica of %s stopped before the first token (%s); sending it again",
+                    flight.request_id,
+                    variant,
+                    type(exc).__name__,
+                )
+        raise AssertionError("unreachable")
+
+    async def _route(self, features: RequestFeatures) -> tuple[str, str, Prediction | None, ServingError | None]:
+        """(variant, reason, prediction, refusal): where the request goes, or the error that refuses it."""
+        if not self.routing.has_live_stats():
+            await self.routing.refresh()  # right after a deploy the background refresh may not have run
+        no_stats = not self.routing.has_live_stats()
+        decision = self.routing.fallback(features) if no_stats else self.routing.decide(features)
+        if decision.rejected:
+            error = rejection(decision, features.prompt_tokens, self.routing.context_lengths())
+            return "", str(decision.reason), None, error
+        variant = decision.variant or ""
+        return variant, str(decision.reason), decision.predictions.get(variant), None
+
+    # ------------------------------------------------------------------ checks
+
+    def _check_model(self, model: str) -> str | None:
+        """The pinned variant for ``model``, None for the public (routed) model; unknown names are 404."""
+        if model in self._engines:
+            return model
+        if model == self.config.model_name:
+            return None
+        known = ", ".join([self.config.model_name, *self._engines])
+        raise ModelNotFoundError(f"The model '{model}' does not exist. Known models: {known}.")
+
+    def _check_max_tokens(self, max_tokens: int | None) -> int:
+        limits = self.config.limits
+        if max_tokens is None:
+            return limits.default_max_tokens
+        if max_tokens <= 0 or max_tokens > limits.max_tokens_limit:
+            raise InvalidRequestError(
+                f"max_tokens must be between 1 and {limits.max_tokens_limit}, got {max_tokens}.",
+                param="max_tokens",
+            )
+        return max_tokens
+
+    def _check_prompt_limit(self, prompt_tokens: int) -> None:
+        limit = self.config.limits.max_prompt_tokens
+        if limit is not None and prompt_tokens > limit:
+            raise InvalidRequestError(
+                f"The prompt has {prompt_tokens} tokens; this endpoint accepts at most {limit}.",
+                param="prompt",
+            )

@@ -1,0 +1,242 @@
+"""serve_app.http_routes in-process, without Ray: Starlette's TestClient (and the openai client over it) on the
+routes over a real pipeline with a fake engine handle (``fake_engine.py``); a client that goes away midway is
+driven at the ASGI level, since TestClient reads a whole response before returning it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import openai
+import pytest
+from starlette.testclient import TestClient
+
+from core.errors import EngineDeadError
+from serve_app.http_routes import HttpRoutes, standalone_app
+from tests.serve_app.fake_engine import Harness, answer, harness
+
+KEY = "sk-test-1"
+MODEL = "local-llama"
+
+
+def _client(h: Harness, stats: dict | None = None) -> TestClient:
+    async def variant_stats() -> dict:
+        return stats or {}
+
+    return TestClient(standalone_app(HttpRoutes(h.pipeline, variant_stats)), raise_server_exceptions=True)
+
+
+def _events(text: str) -> list[str]:
+    return [part[len("data: ") :] for part in text.split("\n\n") if part.startswith("data: ")]
+
+
+def _keys(**limits: Any) -> dict:
+    return {"keys": [{"name": "team", "key": KEY, **limits}]}
+
+
+def _done(h: Harness, statuses: dict[str, float], *, cancelled: bool) -> None:
+    assert h.inflight() == 0
+    assert h.metrics.requests_by_status() == statuses
+    assert all(s.cancelled == cancelled for s in h.streams())
+
+
+def test_a_completion_streams_sse_chunks_usage_and_done():
+    h = harness(lambda r: answer(5, per_delta=2))
+    with _client(h) as c:
+        usage = {"include_usage": True}
+        body = {"model": MODEL, "prompt": "Hi", "max_tokens": 5, "stream": True, "stream_options": usage}
+        r = c.post("/v1/completions", json=body)
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+    assert r.headers["x-route-variant"] in ("tiny", "small") and "server-timing" in r.headers
+    events = _events(r.text)
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    texts = [c["choices"][0]["text"] for c in chunks if c["choices"]]
+    assert texts == ["abab", "abab", "ab"]  # the first delta at once, then one event per message
+    assert chunks[-2]["choices"][0]["finish_reason"] == "length"
+    assert chunks[-1]["usage"] == {"prompt_tokens": 3, "completion_tokens": 5, "total_tokens": 8}
+    _done(h, {"200": 1}, cancelled=False)
+
+
+def test_the_openai_client_reads_chat_streamed_and_whole():
+    h = harness(lambda r: answer(4, per_delta=2))
+    with _client(h) as c:
+        client = openai.OpenAI(base_url="http://testserver/v1", api_key="unused", http_client=c, max_retries=0)
+        messages = [{"role": "user", "content": "Hello"}]
+        stream = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=4, stream=True)
+        streamed = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
+        whole = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=4)
+    assert streamed == whole.choices[0].message.content == "abababab"
+    assert whole.usage is not None and whole.usage.completion_tokens == 4
+    _done(h, {"200": 2}, cancelled=False)
+
+
+def test_n_choices_stream_each_with_its_index():
+    h = harness(lambda r: answer(3))
+    with _client(h) as c:
+        r = c.post("/v1/completions", json={"model": MODEL, "prompt": "Hi", "max_tokens": 3, "n": 2, "stream": True})
+    chunks = [json.loads(e) for e in _events(r.text)[:-1]]
+    by_index: dict[int, str] = {}
+    for chunk in chunks:
+        choice = chunk["choices"][0]
+        by_index[choice["index"]] = by_index.get(choice["index"], "") + choice["text"]
+    assert by_index == {0: "ababab", 1: "ababab"}
+    _done(h, {"200": 2}, cancelled=False)
+
+
+@pytest.mark.parametrize(
+    ("content", "status", "param"),
+    [
+        (b"{not json", 400, None),
+        (json.dumps({"model": MODEL, "prompt": "Hi", "max_tokens": -1}).encode(), 400, "max_tokens"),
+        (json.dumps({"model": MODEL, "prompt": "Hi", "n": 0}).encode(), 400, "n"),
+        (json.dumps({"model": "gpt-9", "prompt": "Hi"}).encode(), 404, "model"),
+        (json.dumps({"model": MODEL, "prompt": "x" * (2 << 20)}).encode(), 413, None),
+    ],
+)
+def test_bad_requests_get_openai_errors_before_any_engine_work(content, status, param):
+    h = harness()
+    with _client(h) as c:
+        r = c.post("/v1/completions", content=content, headers={"content-type": "application/json"})
+    assert r.status_code == status
+    assert r.json()["error"]["param"] == param
+    assert h.streams() == []
+    assert h.inflight() == 0
+
+
+@pytest.mark.parametrize("authorization", [None, "Bearer sk-wrong", "Basic abc"])
+def test_a_missing_or_wrong_key_is_a_401_on_generation_and_models(authorization):
+    h = harness(auth=_keys())
+    headers = {"authorization": authorization} if authorization else {}
+    with _client(h) as c:
+        r = c.post("/v1/completions", json={"model": MODEL, "prompt": "Hi"}, headers=headers)
+        models = c.get("/v1/models", headers=headers)
+        ok = c.get("/v1/models", headers={"authorization": f"Bearer {KEY}"})
+    assert (r.status_code, r.json()["error"]["type"]) == (401, "authentication_error")
+    assert models.status_code == 401
+    assert [m["id"] for m in ok.json()["data"]] == [MODEL, "tiny", "small"]
+    assert h.streams() == []
+
+
+def test_a_key_over_its_rate_is_a_429_with_retry_after():
+    h = harness(auth=_keys(requests_per_minute=1))
+    headers = {"authorization": f"Bearer {KEY}"}
+    with _client(h) as c:
+        first = c.post("/v1/completions", json={"model": MODEL, "prompt": "Hi", "max_tokens": 2}, headers=headers)
+        second = c.post("/v1/completions", json={"model": MODEL, "prompt": "Hi", "max_tokens": 2}, headers=headers)
+    assert first.status_code == 200
+    assert (second.status_code, second.json()["error"]["type"]) == (429, "rate_limit_error")
+    assert int(second.headers["retry-after"]) >= 1
+    _done(h, {"200": 1, "429": 1}, cancelled=False)
+
+
+def test_an_engine_error_mid_stream_is_an_error_event_then_done():
+    h = harness(lambda r: [*answer(4)[:2], EngineDeadError("The engine stopped.")])
+    with _client(h) as c:
+        r = c.post("/v1/completions", json={"model": MODEL, "prompt": "Hi", "max_tokens": 4, "stream": True})
+    assert r.status_code == 200  # the status went out with the first token
+    events = _events(r.text)
+    assert events[-1] == "[DONE]"
+    assert json.loads(events[-2])["error"]["code"] == "engine_unavailable"
+    assert [json.loads(e)["choices"][0]["text"] for e in events[:-2]] == ["ab", "ab"]
+    _done(h, {"503": 1}, cancelled=True)
+
+
+def test_an_engine_error_mid_stream_of_n_choices_ends_every_choice_with_its_status():
+    h = harness(lambda r: [*answer(4)[:2], EngineDeadError("The engine stopped.")])
+    with _client(h) as c:
+        body = {"model": MODEL, "prompt": "Hi", "max_tokens": 4, "n": 2, "stream": True}
+        r = c.post("/v1/completions", json=body)
+    events = _events(r.text)
+    assert events[-1] == "[DONE]" and "error" in json.loads(events[-2])
+    _done(h, {"503": 2}, cancelled=True)
+
+
+def test_an_engine_error_in_a_whole_answer_is_its_http_error():
+    h = harness(lambda r: [*answer(4)[:2], EngineDeadError("The engine stopped.")])
+    with _client(h) as c:
+        r = c.post("/v1/completions", json={"model": MODEL, "prompt": "Hi", "max_tokens": 4})
+    assert r.status_code == 503 and r.json()["error"]["code"] == "engine_unavailable"
+    _done(h, {"503": 1}, cancelled=True)
+
+
+async def _stream_then_disconnect(app: Any, body: dict) -> list[dict]:
+    """Calls ``app`` as an ASGI server would, and disconnects once the first body chunk has arrived."""
+    sent: list[dict] = []
+    first_chunk = asyncio.Event()
+    payload = json.dumps(body).encode()
+    requested = False
+
+    async def receive() -> dict:
+        nonlocal requested
+        if not requested:
+            requested = True
+            return {"type": "http.request", "body": payload, "more_body": False}
+        await first_chunk.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+        if message["type"] == "http.response.body" and message.get("body"):
+            first_chunk.set()
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/completions",
+        "raw_path": b"/v1/completions",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"content-type", b"application/json"), (b"authorization", f"Bearer {KEY}".encode())],
+        "client": ("127.0.0.1", 1234),
+        "server": ("testserver", 80),
+    }
+    await asyncio.wait_for(app(scope, receive, send), timeout=30)
+    return sent
+
+
+async def test_a_client_that_goes_away_mid_stream_aborts_the_engine_request_and_frees_its_slot():
+    gate = asyncio.Event()  # never set: the engine's second delta never comes
+    h = harness(lambda r: answer(8), gate=gate, auth=_keys(max_concurrent_streams=1))
+
+    async def variant_stats() -> dict:
+        return {}
+
+    app = standalone_app(HttpRoutes(h.pipeline, variant_stats))
+    sent = await _stream_then_disconnect(app, {"model": MODEL, "prompt": "Hi", "max_tokens": 8, "stream": True})
+    assert sent[0]["type"] == "http.response.start" and sent[0]["status"] == 200
+    assert b'"text":"ab"' in sent[1]["body"]  # the first token went out at once
+    _done(h, {"499": 1}, cancelled=True)
+    assert h.streams_held() == {"team": 0}
+
+
+def test_variants_and_health():
+    h = harness(auth=_keys(admin=False))
+    stats = {"tiny": [{"running_requests": 2, "queued_requests": 1, "tokens_per_s": 10.04}]}
+    with _client(h, stats) as c:
+        assert c.get("/health").json() == {"status": "ok"}
+        assert c.get("/variants", headers={"authorization": f"Bearer {KEY}"}).status_code == 403
+    h = harness()
+    with _client(h, stats) as c:
+        tiny = c.get("/variants").json()["variants"][0]
+    assert (tiny["name"], tiny["replicas"], tiny["running_requests"], tiny["tokens_per_s"]) == ("tiny", 1, 2, 10.0)
+
+
+def test_an_unknown_route_answers_in_openais_error_shape():
+    with _client(harness()) as c:
+        r = c.get("/v1/nothing")
+    assert r.status_code == 404 and r.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_n_choices_over_the_keys_streams_are_one_429_and_every_choice_is_released():
+    h = harness(lambda r: answer(3), auth=_keys(max_concurrent_streams=1))
+    with _client(h) as c:
+        body = {"model": MODEL, "prompt": "Hi", "max_tokens": 3, "n": 2, "stream": True}
+        r = c.post("/v1/completions", json=body, headers={"authorization": f"Bearer {KEY}"})
+    assert r.status_code == 429 and "retry-after" in r.headers
+    _done(h, {"429": 2}, cancelled=True)
+    assert h.streams_held() == {"team": 0}

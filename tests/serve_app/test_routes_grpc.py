@@ -1,0 +1,102 @@
+"""serve_app.grpc_routes in-process, without Ray: ``Generate`` and ``Models`` over a real pipeline with a fake
+engine handle (``fake_engine.py``), called as Serve's gRPC proxy calls an ingress replica's methods."""
+
+from __future__ import annotations
+
+from contextlib import aclosing
+from typing import Any
+
+import grpc
+
+from core.errors import EngineDeadError
+from serve_app.grpc_api import llm_pb2
+from serve_app.grpc_routes import GrpcRoutes
+from tests.serve_app.fake_engine import answer, harness
+
+KEY = "sk-test-1"
+
+
+class _Context:
+    """What the routes use of Serve's ``RayServegRPCContext``."""
+
+    def __init__(self, metadata: dict[str, str] | None = None) -> None:
+        self._metadata = list((metadata or {}).items())
+        self.code: grpc.StatusCode | None = None
+        self.details = ""
+        self.trailing: dict[str, Any] = {}
+
+    def invocation_metadata(self) -> list[tuple[str, str]]:
+        return self._metadata
+
+    def set_code(self, code: grpc.StatusCode) -> None:
+        self.code = code
+
+    def set_details(self, details: str) -> None:
+        self.details = details
+
+    def set_trailing_metadata(self, metadata: list[tuple[str, Any]]) -> None:
+        self.trailing = dict(metadata)
+
+
+async def _generate(routes: GrpcRoutes, request: Any, context: _Context) -> list[Any]:
+    async with aclosing(routes.Generate(request, context)) as messages:
+        return [m async for m in messages]
+
+
+async def test_generate_streams_deltas_and_ends_with_usage_and_the_route():
+    h = harness(lambda r: answer(4, per_delta=2))
+    messages = await _generate(
+        GrpcRoutes(h.pipeline), llm_pb2.GenerateRequest(model="local-llama", prompt="Hi", max_tokens=4), _Context()
+    )
+    assert [m.text for m in messages] == ["abab", "abab"]
+    last = messages[-1]
+    assert (last.finish_reason, last.usage.completion_tokens, last.usage.total_tokens) == ("length", 4, 7)
+    assert last.route.variant in ("tiny", "small") and last.route.reason
+    assert h.inflight() == 0 and h.metrics.requests_by_status() == {"200": 1}
+
+
+async def test_a_bad_request_is_invalid_argument_naming_the_field():
+    h = harness()
+    context = _Context()
+    messages = await _generate(
+        GrpcRoutes(h.pipeline), llm_pb2.GenerateRequest(model="local-llama", prompt="Hi", max_tokens=0), context
+    )
+    assert context.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert context.trailing["error-param"] == "max_tokens"
+    assert [m.finish_reason for m in messages] == ["error"]
+    assert h.streams() == []
+
+
+async def test_a_missing_key_is_unauthenticated_on_generate_and_models():
+    h = harness(auth={"keys": [{"name": "team", "key": KEY}]})
+    routes = GrpcRoutes(h.pipeline)
+    context = _Context()
+    await _generate(routes, llm_pb2.GenerateRequest(model="local-llama", prompt="Hi"), context)
+    assert context.code == grpc.StatusCode.UNAUTHENTICATED
+    context = _Context()
+    assert len((await routes.Models(llm_pb2.ModelsRequest(), context)).models) == 0
+    assert context.code == grpc.StatusCode.UNAUTHENTICATED
+    models = await routes.Models(llm_pb2.ModelsRequest(), _Context({"authorization": f"Bearer {KEY}"}))
+    assert [m.id for m in models.models] == ["local-llama", "tiny", "small"]
+
+
+async def test_an_engine_error_mid_stream_ends_with_its_status_and_aborts_the_engine_request():
+    h = harness(lambda r: [*answer(4)[:2], EngineDeadError("The engine stopped.")])
+    context = _Context()
+    messages = await _generate(
+        GrpcRoutes(h.pipeline), llm_pb2.GenerateRequest(model="local-llama", prompt="Hi", max_tokens=4), context
+    )
+    assert context.code == grpc.StatusCode.UNAVAILABLE
+    assert [m.finish_reason for m in messages] == ["", "", "error"]
+    assert messages[-1].usage.completion_tokens == 2
+    assert h.inflight() == 0 and all(s.cancelled for s in h.streams())
+
+
+async def test_a_cancelled_call_releases_the_request():
+    h = harness(lambda r: answer(8))
+    routes = GrpcRoutes(h.pipeline)
+    messages = routes.Generate(llm_pb2.GenerateRequest(model="local-llama", prompt="Hi", max_tokens=8), _Context())
+    await anext(messages)
+    await messages.aclose()  # Serve closes the stream when the client cancels
+    assert h.inflight() == 0 and h.metrics.requests_by_status() == {"499": 1}
+    assert all(s.cancelled for s in h.streams())
