@@ -50,6 +50,43 @@ from sim.replica_starts import MeasuredStart, StartFit, fit_process_starts
 APP = "spike"
 POLL_S = 0.5
 
+# What every Serve replica imports before its constructor runs (the Serve replica wrapper and the app): with a warm
+# worker pool, a prestarted worker has them loaded already.
+PRELOAD_MODULES = ("ray.serve", "serve_app.app")
+
+
+def warm_pool_env(workers: int) -> dict[str, str]:
+    """Ray's settings for a node that keeps ``workers`` worker processes started, the app imported, before any
+    replica asks for one (0: Ray's defaults).
+
+    A raylet prestarts one Python worker per logical CPU, but at most its startup concurrency at once, and that is
+    ``min(cores, logical CPUs)``: 2 here, against 100+ on a GPU node. So on this machine every replica of a
+    scale-up first waits for a new process to start and import Ray, Serve and the app (seconds of CPU each, two at
+    a time, on the cores that serve the spike), a cost the presets' cold starts (x 0.1) leave out of proportion.
+    With the concurrency raised to ``workers`` (and that many logical CPUs, :func:`cluster_cpus`) the node starts
+    them all with the cluster, each importing :data:`PRELOAD_MODULES` (``RAY_preload_python_modules``), and a new
+    replica takes an idle one: its start is its constructor (the engine's cold start) and Serve's own steps.
+    """
+    if workers <= 0:
+        return {}
+    return {
+        "RAY_worker_maximum_startup_concurrency": str(workers),
+        "RAY_preload_python_modules": ",".join(PRELOAD_MODULES),
+    }
+
+
+def cluster_cpus(num_cpus: int, warm_workers: int) -> int:
+    """Logical CPUs of the bench's cluster: enough for the raylet to prestart ``warm_workers`` (one per CPU)."""
+    return max(num_cpus, warm_workers)
+
+
+def startup_concurrency(num_cpus: int, warm_workers: int) -> int:
+    """How many worker processes the node starts at once: Ray's own rule (``ray/_private/services.py``, 2.60:
+    ``min(cores, logical CPUs)``), or the warm pool's setting."""
+    if warm_workers > 0:
+        return warm_workers
+    return max(1, min(multiprocessing.cpu_count(), num_cpus))
+
 
 def mean_startup_s(starts: Sequence[ReplicaStart], variant: str, since: float) -> float | None:
     """Mean time a new replica of ``variant`` took to start (Serve's controller logs each: from its decision to
@@ -200,6 +237,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--out", type=Path, default=Path("results/spike"), help="directory for all outputs")
     p.add_argument("--json", type=Path, default=None, help="also write the comparison JSON here")
     p.add_argument("--num-cpus", type=int, default=8, help="logical CPUs of the local Ray cluster")
+    p.add_argument(
+        "--warm-workers",
+        type=int,
+        default=0,
+        help="keep this many Ray worker processes started, the app imported, before the trace (warm_pool_env; "
+        "0: Ray's defaults, two at a time on this machine); pass the same value to --rescore",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-progress", dest="progress", action="store_false")
     return p
@@ -319,7 +363,8 @@ def run(args: argparse.Namespace) -> int:
         if not args.sim_only and not args.rescore:
             import ray
 
-            with local_serve("bench-spike", num_cpus=args.num_cpus) as url:
+            cpus = cluster_cpus(args.num_cpus, args.warm_workers)
+            with local_serve("bench-spike", num_cpus=cpus, env=warm_pool_env(args.warm_workers)) as url:
                 for mode in modes:
                     print(f"bench spike: {shape_name}, mode {mode}", file=sys.stderr)
                     records, ready, began = _run_mode(mode, shape_name, url, out, args, fleet)
@@ -358,8 +403,7 @@ def run(args: argparse.Namespace) -> int:
         if args.rescore and not all_starts:
             startup = earlier["measured_startup_s"]  # a run from before starts.jsonl: its mean start-ups only
         sims = {"sim (preset start-up)": _simulate(fleet, shape_name, duration, modes, args.seed, 0.0)}
-        # Ray's own rule for how many worker processes a node starts at once (ray/_private/services.py, 2.60).
-        concurrency = max(1, min(multiprocessing.cpu_count(), args.num_cpus))
+        concurrency = startup_concurrency(args.num_cpus, args.warm_workers)
         fit = start_fit(starts_by_mode, shape.peak_windows(), concurrency)
         measured = [
             s - v.profile(fleet.startup_time_scale).startup_s

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 
 from bench.records import RequestRecord
 from bench.replicas import ReplicaSample, ReplicaStart, parse_replica_starts
-from bench.spike import mean_startup_s, start_fit, trace_starts
+from bench.spike import (
+    cluster_cpus,
+    mean_startup_s,
+    start_fit,
+    startup_concurrency,
+    trace_starts,
+    warm_pool_env,
+)
 from bench.spike_fleet import FLEET, MODES, SHAPES, app_args
 from bench.spike_report import mode_report, replica_seconds, sim_gap, stream_cut
 from serve_app.config import load_app_config
@@ -190,3 +199,15 @@ def test_a_rescore_joins_modes_recorded_in_separate_runs_and_fits_the_start_queu
     queue = json.loads((out / "spike.json").read_text())["start_queue"]
     assert queue is not None and queue["concurrency"] >= 1 and queue["process_s"] + queue["after_s"] > 0
     assert "worker processes at a time" in report
+
+
+def test_a_warm_pool_prestarts_one_worker_per_cpu_all_at_once_with_the_app_imported():
+    env = warm_pool_env(24)
+    assert env["RAY_worker_maximum_startup_concurrency"] == "24"
+    # Ray skips a preload module it cannot import (a log line in the worker's log): each must import.
+    for name in env["RAY_preload_python_modules"].split(","):
+        importlib.import_module(name)
+    assert cluster_cpus(8, 24) == 24  # the raylet prestarts one worker per logical CPU
+    assert startup_concurrency(8, 24) == 24  # the simulator's start queue then runs as many at once
+    assert warm_pool_env(0) == {}
+    assert cluster_cpus(8, 0) == 8
