@@ -2,7 +2,7 @@
 
 ``serve run serve_config.yaml`` hands the application's ``args`` to ``serve_app.app:build_app``, which
 calls :func:`load_app_config`. Every mistake this schema can see is reported there, at deploy time, as
-one :class:`~core.errors.EngineConfigError` that lists each problem as ``<field path>: <message>``
+one :class:`~core.errors.ConfigError` that lists each problem as ``<field path>: <message>``
 (for example ``variants[1].name: duplicate variant name 'tiny'``), instead of surfacing later as a
 replica that cannot be placed or an engine that crashes while loading.
 
@@ -21,10 +21,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from cluster.placement import replica_placement
-from core.errors import EngineConfigError
+from core.config import StrictModel
+from core.errors import ConfigError
 from engines.config import EngineConfig
 from router import LatencyProfile, RouterConfig
 from serve_app.auth import AuthConfig
@@ -66,12 +67,7 @@ def _raise_if_any(problems: list[tuple[str, str]]) -> None:
         raise _Problems(problems)
 
 
-class _Strict(BaseModel):
-    # A typo in a YAML key must fail the deploy, not silently fall back to a default.
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class ReplicaResources(_Strict):
+class ReplicaResources(StrictModel):
     """What one replica reserves from the Ray cluster (becomes Ray Serve's ``ray_actor_options``)."""
 
     num_cpus: float = Field(
@@ -140,7 +136,7 @@ RESERVED_ENGINE_ENV_VARS = frozenset(
 )
 
 
-class EngineRuntimeEnv(_Strict):
+class EngineRuntimeEnv(StrictModel):
     """The Ray ``runtime_env`` of one variant's engine replicas, apart from the ingress's (which keeps the job's).
 
     Ray starts each engine replica in a worker process made for this environment: another Python (a virtualenv
@@ -212,7 +208,7 @@ class EngineRuntimeEnv(_Strict):
         return env
 
 
-class AutoscalingSpec(_Strict):
+class AutoscalingSpec(StrictModel):
     """Replica autoscaling of one variant, mapped onto Ray Serve's ``AutoscalingConfig``."""
 
     min_replicas: int = Field(
@@ -360,7 +356,7 @@ class AutoscalingSpec(_Strict):
         }
 
 
-class VariantConfig(_Strict):
+class VariantConfig(StrictModel):
     """One engine variant: an engine config, the replicas that run it and the facts the router weighs."""
 
     name: str = Field(
@@ -501,7 +497,7 @@ class VariantConfig(_Strict):
         return options
 
 
-class IngressConfig(_Strict):
+class IngressConfig(StrictModel):
     """The ingress deployment: HTTP parsing, tokenizing, routing and SSE framing (no model weights)."""
 
     num_replicas: int = Field(1, ge=1, description="Ingress replicas; raise it when one CPU cannot frame all streams.")
@@ -529,7 +525,7 @@ class IngressConfig(_Strict):
         }
 
 
-class LimitsConfig(_Strict):
+class LimitsConfig(StrictModel):
     """Limits the ingress enforces on every request before it reaches an engine."""
 
     max_body_bytes: int = Field(1 << 20, ge=1, description="Largest accepted request body in bytes (413 above it).")
@@ -564,7 +560,7 @@ class LimitsConfig(_Strict):
         return self
 
 
-class AppConfig(_Strict):
+class AppConfig(StrictModel):
     """The whole application: one public model served by one or more engine variants."""
 
     model_name: str = Field(
@@ -757,13 +753,13 @@ def _validate(args: Any, where: str) -> AppConfig:
         return AppConfig.model_validate(args)
     except ValidationError as error:
         problems = "\n".join(f"  {line}" for line in format_validation_error(error))
-        raise EngineConfigError(f"invalid serve_app config ({where}):\n{problems}") from None
+        raise ConfigError(f"invalid serve_app config ({where}):\n{problems}") from None
 
 
 def load_app_config(args: dict[str, Any]) -> AppConfig:
     """Validate an application's ``args`` (what ``build_app`` receives).
 
-    Raises EngineConfigError whose message lists every problem as ``<field path>: <message>``.
+    Raises ConfigError whose message lists every problem as ``<field path>: <message>``.
     """
     return _validate(args, "application args")
 
@@ -772,7 +768,7 @@ def load_config_file(path: str | Path, app_name: str | None = None) -> AppConfig
     """Read a Ray Serve config file; validate the ``args`` of application ``app_name`` (default: the first).
 
     The file's outer structure is checked with Ray Serve's own schema, as ``serve run`` / ``serve deploy``
-    check it. Raises EngineConfigError for any problem.
+    check it. Raises ConfigError for any problem.
     """
     # Imported here: Ray takes seconds to import, and only reading whole files needs it.
     from ray.serve.schema import ServeDeploySchema
@@ -781,21 +777,21 @@ def load_config_file(path: str | Path, app_name: str | None = None) -> AppConfig
     try:
         raw = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as error:
-        raise EngineConfigError(f"cannot read {path}: {error}") from None
+        raise ConfigError(f"cannot read {path}: {error}") from None
     try:
         deploy = ServeDeploySchema.model_validate(raw)
     except ValidationError as error:
         problems = "\n".join(f"  {line}" for line in format_validation_error(error))
-        raise EngineConfigError(f"{path} is not a valid Ray Serve config:\n{problems}") from None
+        raise ConfigError(f"{path} is not a valid Ray Serve config:\n{problems}") from None
     names = [app.name for app in deploy.applications]
     if not names:
-        raise EngineConfigError(f"{path}: applications: the file defines no application")
+        raise ConfigError(f"{path}: applications: the file defines no application")
     if app_name is None:
         index = 0
     elif app_name in names:
         index = names.index(app_name)
     else:
-        raise EngineConfigError(f"{path}: no application named {app_name!r} (found {names})")
+        raise ConfigError(f"{path}: no application named {app_name!r} (found {names})")
     return _validate(deploy.applications[index].args, f"{path}: applications[{index}].args")
 
 
@@ -807,7 +803,7 @@ def main(argv: list[str] | None = None) -> int:
     options = parser.parse_args(argv)
     try:
         config = load_config_file(options.file, options.app)
-    except EngineConfigError as error:
+    except ConfigError as error:
         print(error.message, file=sys.stderr)
         return 1
     variants = ", ".join(variant.name for variant in config.variants)

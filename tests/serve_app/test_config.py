@@ -9,11 +9,12 @@ from typing import Any
 
 import pytest
 import yaml
+from pydantic import BaseModel
 from ray import serve
 from ray.serve import Deployment
 from ray.serve.config import AutoscalingConfig
 
-from engines.errors import EngineConfigError
+from core.errors import ConfigError
 from serve_app.config import format_loc, load_app_config, load_config_file, main
 from serve_app.ray_compat import RAY_2_60, ray_version
 
@@ -38,7 +39,7 @@ def valid_args() -> dict[str, Any]:
 
 
 def problems_of(args: dict[str, Any]) -> str:
-    with pytest.raises(EngineConfigError) as info:
+    with pytest.raises(ConfigError) as info:
         load_app_config(args)
     return info.value.message
 
@@ -368,7 +369,7 @@ def test_load_config_file_picks_the_named_application(tmp_path: Path):
 
     assert load_config_file(path).model_name == "public"
     assert load_config_file(path, "b").model_name == "other"
-    with pytest.raises(EngineConfigError, match="no application named 'c'"):
+    with pytest.raises(ConfigError, match="no application named 'c'"):
         load_config_file(path, "c")
 
 
@@ -376,7 +377,7 @@ def test_load_config_file_reports_a_bad_serve_file(tmp_path: Path):
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump({"applications": [{"name": "a", "args": valid_args()}]}))
 
-    with pytest.raises(EngineConfigError, match=r"applications\[0\]\.import_path"):
+    with pytest.raises(ConfigError, match=r"applications\[0\]\.import_path"):
         load_config_file(path)
 
 
@@ -386,7 +387,7 @@ def test_load_config_file_names_the_application_in_errors(tmp_path: Path):
     path = tmp_path / "dup.yaml"
     path.write_text(yaml.safe_dump({"applications": [{"name": "a", "import_path": "m:f", "args": args}]}))
 
-    with pytest.raises(EngineConfigError, match=r"applications\[0\]\.args") as info:
+    with pytest.raises(ConfigError, match=r"applications\[0\]\.args") as info:
         load_config_file(path)
     assert "variants[1].name: duplicate variant name 'tiny'" in info.value.message
 
@@ -554,7 +555,7 @@ def test_every_field_has_a_description():
     models = [
         value
         for value in vars(module).values()
-        if isinstance(value, type) and issubclass(value, module.BaseModel) and value.__module__ == module.__name__
+        if isinstance(value, type) and issubclass(value, BaseModel) and value.__module__ == module.__name__
     ]
     undocumented = [
         f"{model.__name__}.{name}"
@@ -598,7 +599,7 @@ def test_the_emulated_fleet_is_the_production_fleet_on_this_machine():
 def test_an_emulated_variant_with_a_wrong_profile_fails_at_deploy_time_naming_it(engine, path):
     args = valid_args()
     args["variants"][0]["engine"] = engine
-    with pytest.raises(EngineConfigError) as info:
+    with pytest.raises(ConfigError) as info:
         load_app_config(args)
     assert path in str(info.value)
 
