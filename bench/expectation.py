@@ -9,6 +9,7 @@ and the simulator share one scheduler (``engines.batching``), so whatever separa
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 
 from pydantic import BaseModel, Field
 
@@ -37,9 +38,11 @@ def _request(index: int, prompt_tokens: int, max_tokens: int) -> SimRequest:
 
 
 def closed_loop(
-    profile: EngineProfile, *, concurrency: int, requests: int, prompt_tokens: int, max_tokens: int
+    profile: EngineProfile, *, concurrency: int, requests: int, prompt_tokens: int, max_tokens: int | Sequence[int]
 ) -> Expectation:
-    """The profile's engine on ``requests`` identical requests, ``concurrency`` at a time, in virtual time."""
+    """The profile's engine on ``requests`` requests, ``concurrency`` at a time, in virtual time; ``max_tokens`` is
+    every request's output length, or each one's in order."""
+    lengths = [max_tokens] * requests if isinstance(max_tokens, int) else list(max_tokens)
     replica = SimReplica("expected", profile, ready_s=0.0)
     replica.state = ReplicaState.READY
     sent = 0
@@ -48,7 +51,7 @@ def closed_loop(
 
     def send() -> None:
         nonlocal sent, end
-        changed = replica.submit(_request(sent, prompt_tokens, max_tokens), now)
+        changed = replica.submit(_request(sent, prompt_tokens, lengths[sent]), now)
         sent += 1
         if changed is not None:
             end = changed
@@ -76,5 +79,5 @@ def closed_loop(
     return Expectation(
         ttft_p50_ms=statistics.median(ttft),
         tpot_p50_ms=statistics.median(tpot) if tpot else 0.0,
-        tokens_per_s=len(done) * max_tokens / now if now else 0.0,
+        tokens_per_s=sum(r.max_tokens for r in done) / now if now else 0.0,
     )

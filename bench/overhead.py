@@ -54,7 +54,7 @@ from bench.overhead_results import (
     level_result,
 )
 from bench.process_cpu import cpu_by_role, cpu_delta
-from bench.prompt_pairs import PromptPair, prompt_pairs, request_specs
+from bench.prompt_pairs import PromptPair, output_lengths, prompt_pairs, request_specs
 from bench.records import write_jsonl
 from bench.report import machine_info
 from bench.summary import summarize
@@ -98,6 +98,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--prompt-tokens", type=int, default=None, help="prompt length (default 64; --quick 32)")
     p.add_argument("--max-tokens", type=int, default=None, help="output length (default 128; --quick 64)")
+    p.add_argument(
+        "--arrivals",
+        choices=("staggered", "lockstep"),
+        default="staggered",
+        help="staggered (default): each level's first round ends at spread times, so every path runs the steady "
+        "state a server sees (prefills mixed into decode iterations); lockstep: all requests start and end together",
+    )
     p.add_argument(
         "--paths",
         nargs="+",
@@ -301,7 +308,15 @@ class _Run:
         return self.engine.model_copy(update=update) if update else self.engine
 
     def specs(self, concurrency: int, *, as_text: bool) -> list[RequestSpec]:
-        return request_specs(self.pairs[: self.requests[concurrency]], self.max_tokens, as_text=as_text)
+        return request_specs(
+            self.pairs[: self.requests[concurrency]],
+            self.max_tokens,
+            as_text=as_text,
+            staggered=self.staggered(concurrency),
+        )
+
+    def staggered(self, concurrency: int) -> int:
+        return concurrency if self.args.arrivals == "staggered" else 0
 
     def warmup(self, *, as_text: bool) -> list[RequestSpec]:
         return request_specs(self.pairs[:WARMUP_REQUESTS], WARMUP_TOKENS, as_text=as_text)
@@ -371,7 +386,9 @@ class _Run:
             concurrency=concurrency,
             requests=self.requests[concurrency],
             prompt_tokens=self.prompt_tokens,
-            max_tokens=self.max_tokens,
+            max_tokens=output_lengths(
+                self.requests[concurrency], self.max_tokens, staggered=self.staggered(concurrency)
+            ),
         )
         level = level.model_copy(
             update={
@@ -569,7 +586,20 @@ def _machine(device: str) -> dict[str, str]:
     return info
 
 
+def _arrivals_note(run: _Run) -> str:
+    if run.args.arrivals == "staggered":
+        return (
+            "Arrivals staggered: in each level the first request of worker i asks for (i + 1) / concurrency of "
+            "max_tokens, so streams end at spread times from then on in every path (bench/prompt_pairs.py)."
+        )
+    return "Arrivals in lockstep: every level's requests start together and end together (--arrivals lockstep)."
+
+
 def _notes(run: _Run) -> list[str]:
+    return [_arrivals_note(run), *_engine_notes(run)]
+
+
+def _engine_notes(run: _Run) -> list[str]:
     engine = run.engine
     if isinstance(engine, EmulatedEngineConfig):
         profile = engine.engine_profile()

@@ -8,6 +8,7 @@ paths send that very encoding.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -50,16 +51,38 @@ def prompt_pairs(tokenizer: Encoder, count: int, length: int, seed: int = 0) -> 
     return [prompt_pair(tokenizer, length, rng) for _ in range(count)]
 
 
-def request_specs(pairs: Sequence[PromptPair], max_tokens: int, *, as_text: bool) -> list[RequestSpec]:
-    """Closed-loop requests (no send times), one per pair, prompts as text or as token ids."""
+def output_lengths(count: int, max_tokens: int, *, staggered: int = 0) -> list[int]:
+    """Each request's output length: ``max_tokens``, except that the first ``staggered`` requests (one per worker of
+    a closed loop that many wide) ask for evenly spread shares of it, the i-th ``ceil(max_tokens * (i + 1) /
+    staggered)``.
+
+    Why: a closed loop of identical requests that all start together runs in lockstep, every prefill in one
+    iteration and then decode-only iterations, which no server sees: through HTTP the requests drift apart and
+    prefills mix into decode iterations. For transformers' continuous batching on a CPU that mix alone halves the
+    tokens/s (``docs/streaming.md``), so a lockstep engine-alone figure is a yardstick no serving layer can meet.
+    Ending the first round at spread times puts every path in the steady state that a stack reaches by itself,
+    without guessing the engine's speed (start delays would have to).
+    """
+    lengths = [max_tokens] * count
+    for i in range(min(staggered, count)):
+        lengths[i] = max(1, math.ceil(max_tokens * (i + 1) / staggered))
+    return lengths
+
+
+def request_specs(
+    pairs: Sequence[PromptPair], max_tokens: int, *, as_text: bool, staggered: int = 0
+) -> list[RequestSpec]:
+    """Closed-loop requests (no send times), one per pair, prompts as text or as token ids; with ``staggered``, the
+    first round's outputs end at spread times (:func:`output_lengths`)."""
+    lengths = output_lengths(len(pairs), max_tokens, staggered=staggered)
     return [
         RequestSpec(
             index=i,
             send_at=None,
             prompt=pair.text if as_text else list(pair.token_ids),
             prompt_tokens=len(pair.token_ids),
-            max_tokens=max_tokens,
+            max_tokens=length,
             slo=Slo(),
         )
-        for i, pair in enumerate(pairs)
+        for i, (pair, length) in enumerate(zip(pairs, lengths, strict=True))
     ]

@@ -22,3 +22,12 @@ def test_streams_sent_together_start_behind_the_first_and_then_decode_together()
     # As in the engines: the first request starts an iteration alone, the other three join the next one.
     assert e.ttft_p50_ms == pytest.approx(p.step_ms(0, 10) + p.step_ms(1, 30))
     assert p.step_ms(3, 0) < e.tpot_p50_ms <= p.step_ms(4, 0)
+
+
+def test_each_request_its_own_length_counts_the_tokens_it_made():
+    p = profile()
+    same = closed_loop(p, concurrency=1, requests=2, prompt_tokens=100, max_tokens=11)
+    mixed = closed_loop(p, concurrency=1, requests=2, prompt_tokens=100, max_tokens=[6, 11])
+    # One stream in a row: the shorter first request saves five decode steps and five tokens.
+    assert mixed.tokens_per_s == pytest.approx((6 + 11) / ((2 * 20.0 + 5 * 10.0 + 10 * 10.0) / 1e3))
+    assert mixed.tokens_per_s != pytest.approx(same.tokens_per_s)

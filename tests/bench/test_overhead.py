@@ -110,7 +110,8 @@ def test_an_emulated_engine_runs_every_path_but_the_engine_server_and_is_held_ag
     assert "emulated engine has no server" in data["paths"]["engine_server"]["skipped"]
     for name in ("direct", "naive_serve", "stack"):
         level = data["paths"][name]["levels"]["2"]
-        assert (level["errors"], level["output_tokens"]) == (0, 18), name
+        # Staggered arrivals (the default): the first round asks for 3 and 6 tokens, the third request for 6.
+        assert (level["errors"], level["output_tokens"]) == (0, 15), name
     direct = data["paths"]["direct"]["levels"]["2"]
     assert direct["profile"]["tpot_p50_ms"] > 0 and direct["emulation_us_per_token"] > 0
     assert "against its profile" in (tmp_path / "report" / "report.md").read_text()
@@ -145,24 +146,26 @@ def test_the_sidecars_model_copy_never_ends(tmp_path):
 @pytest.mark.serve
 @pytest.mark.parametrize("kind", sidecar.ENGINE_SERVERS)
 def test_the_sidecar_path_relays_the_engine_server_through_the_stack(tmp_path, kind):
-    """--paths engine_server sidecar: the same server alone and behind an openai_server variant, every output at
-    max_tokens, the server's CPU and the relay's in their own roles. The fake at stream_interval 4 sends 6 tokens in
-    3 events (iterations 1, 4 and the last), which the load generator sees when it talks to the fake directly."""
+    """--paths engine_server sidecar: the same server alone and behind an openai_server variant, every output as long
+    as asked, the server's CPU and the relay's in their own roles. The fake at stream_interval 4 sends a 6-token
+    output in 3 events (iterations 1, 4 and the last), which the load generator sees talking to the fake directly."""
     out = tmp_path / "out.json"
     command = [
         sys.executable, "-m", "bench", "overhead", "--paths", "engine_server", "sidecar", "--engine-server", kind,
         "--stream-interval", "4", "--concurrency", "2", "--num-requests", "3", "--max-tokens", "6",
-        "--prompt-tokens", "8", "--json", str(out),
+        "--prompt-tokens", "8", "--arrivals", "lockstep", "--json", str(out),
     ]  # fmt: skip
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     data = json.loads(out.read_text())
     assert list(data["paths"]) == ["engine_server", "sidecar"]
+    levels = {}
     for name, path in data["paths"].items():
         assert path["skipped"] is None, (name, path["skipped"])
-        level = path["levels"]["2"]
-        assert (level["errors"], level["output_tokens"]) == (0, 18), name
-    sidecar_cpu = data["paths"]["sidecar"]["levels"]["2"]["cpu_s"]
-    assert {"engine_server", "variant-engine", "Ingress"} <= set(sidecar_cpu), sidecar_cpu
-    if kind == "fake-trtllm":
-        assert data["paths"]["engine_server"]["levels"]["2"]["tokens_per_message"] == 2.0
+        levels[name] = path["levels"]["2"]
+        assert (levels[name]["errors"], levels[name]["requests"]) == (0, 3), name
+    # The same requests, every output as long as asked, alone and through the relay.
+    assert 0 < levels["sidecar"]["output_tokens"] == levels["engine_server"]["output_tokens"] <= 18
+    assert {"engine_server", "variant-engine", "Ingress"} <= set(levels["sidecar"]["cpu_s"]), levels["sidecar"]
+    if kind == "fake-trtllm":  # one event per token at interval 1; fewer at 4
+        assert levels["engine_server"]["tokens_per_message"] > 1.0

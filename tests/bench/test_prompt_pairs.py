@@ -1,6 +1,6 @@
 import pytest
 
-from bench.prompt_pairs import prompt_pairs, request_specs
+from bench.prompt_pairs import output_lengths, prompt_pairs, request_specs
 from engines.builtin import build_tokenizer
 
 
@@ -36,3 +36,11 @@ def test_specs_carry_text_or_ids(tokenizer):
     assert [s.prompt for s in as_text] == [p.text for p in pairs]
     assert all(s.max_tokens == 5 and s.prompt_tokens == 8 and s.send_at is None for s in as_ids + as_text)
     assert [s.index for s in as_ids] == [0, 1, 2]
+
+
+def test_staggered_first_round_ends_at_spread_lengths_then_every_request_is_full_length(tokenizer):
+    pairs = prompt_pairs(tokenizer, 10, 8)
+    specs = request_specs(pairs, 100, as_text=False, staggered=4)
+    assert [s.max_tokens for s in specs] == [25, 50, 75, 100] + [100] * 6
+    assert output_lengths(3, 7, staggered=8) == [1, 2, 3]  # more workers than requests: each still asks for one
+    assert output_lengths(3, 7) == [7, 7, 7]  # lockstep
