@@ -28,16 +28,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.errors import (
-    ContextTooLongError,
     InvalidRequestError,
     ModelNotFoundError,
-    OverloadedError,
     RequestTimeoutError,
     ServingError,
-    UnavailableError,
 )
 from engines.protocol import Delta, GenerationRequest
-from router import Decision, Prediction, Reason, RequestFeatures, features_from_headers
+from router import Prediction, RequestFeatures, features_from_headers
+from router.rejections import error_for_rejection
 from serve_app.auth import KeyStore, Principal
 from serve_app.config import AppConfig
 from serve_app.errors import describe
@@ -118,22 +116,6 @@ def server_timing(arrived_at: float, dispatched_at: float, first_token_at: float
     ingress_ms = (dispatched_at - arrived_at) * 1e3
     engine_ms = (first_token_at - dispatched_at) * 1e3
     return f"ingress;dur={ingress_ms:.1f}, engine;dur={engine_ms:.1f}"
-
-
-def rejection(decision: Decision, prompt_tokens: int, contexts: dict[str, int]) -> ServingError:
-    """The router's rejection as the project's error, so that the one boundary translates it."""
-    detail = decision.detail or f"The request was not routed ({decision.reason})."
-    status = decision.reject_status
-    if decision.reason == Reason.REJECTED_UNSUPPORTED_FIELD:
-        return InvalidRequestError(detail, param=decision.param)
-    if status == 400:
-        longest = max(contexts.values(), default=0)
-        return ContextTooLongError(detail, prompt_tokens=prompt_tokens, context_length=longest)
-    if status == 404:
-        return ModelNotFoundError(detail)
-    if status == 429:
-        return OverloadedError(detail, retry_after_s=decision.retry_after_s or 1.0)
-    return UnavailableError(detail, retry_after_s=decision.retry_after_s or 5.0)
 
 
 def _same(exc: BaseException) -> BaseException:
@@ -353,7 +335,7 @@ class Pipeline:
         no_stats = not self.routing.has_live_stats()
         decision = self.routing.fallback(features) if no_stats else self.routing.decide(features)
         if decision.rejected:
-            error = rejection(decision, features.prompt_tokens, self.routing.context_lengths())
+            error = error_for_rejection(decision, features.prompt_tokens, self.routing.context_lengths())
             return "", str(decision.reason), None, error
         variant = decision.variant or ""
         return variant, str(decision.reason), decision.predictions.get(variant), None
