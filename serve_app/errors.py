@@ -11,9 +11,7 @@ import logging
 from starlette.responses import JSONResponse
 
 from core.error_table import UNKNOWN, retry_after_seconds, row_for
-from core.errors import PayloadTooLargeError, ServingError
-
-__all__ = ["PayloadTooLargeError", "describe", "error_body", "error_response"]
+from core.errors import ServingError
 
 logger = logging.getLogger(__name__)
 
