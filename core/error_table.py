@@ -38,33 +38,26 @@ class ErrorRow:
     openai_type: str  # OpenAI's error.type
     code: str | None  # OpenAI's error.code: a short stable name the client can branch on
     grpc_code: str  # a grpc.StatusCode name
-    label: str  # the metrics label of a request that ended with it, the same for either protocol
 
 
 TABLE: dict[type[ServingError], ErrorRow] = {
-    ServingError: ErrorRow(500, "server_error", "internal_error", "INTERNAL", "internal"),
-    InvalidRequestError: ErrorRow(400, "invalid_request_error", None, "INVALID_ARGUMENT", "invalid_request"),
-    ContextTooLongError: ErrorRow(
-        400, "invalid_request_error", "context_length_exceeded", "INVALID_ARGUMENT", "context_too_long"
-    ),
-    ModelNotFoundError: ErrorRow(404, "invalid_request_error", "model_not_found", "NOT_FOUND", "model_not_found"),
-    PayloadTooLargeError: ErrorRow(
-        413, "invalid_request_error", "payload_too_large", "INVALID_ARGUMENT", "payload_too_large"
-    ),
-    AuthenticationError: ErrorRow(401, "authentication_error", "invalid_api_key", "UNAUTHENTICATED", "unauthenticated"),
-    PermissionDeniedError: ErrorRow(
-        403, "permission_error", "admin_key_required", "PERMISSION_DENIED", "permission_denied"
-    ),
-    OverloadedError: ErrorRow(429, "rate_limit_error", "overloaded", "RESOURCE_EXHAUSTED", "overloaded"),
-    UnavailableError: ErrorRow(503, "server_error", "no_replica_available", "UNAVAILABLE", "unavailable"),
-    RequestTimeoutError: ErrorRow(504, "server_error", "timeout", "DEADLINE_EXCEEDED", "timeout"),
-    EngineDeadError: ErrorRow(503, "server_error", "engine_unavailable", "UNAVAILABLE", "engine_dead"),
-    ConfigError: ErrorRow(500, "server_error", "misconfigured", "INTERNAL", "misconfigured"),
-    EngineConfigError: ErrorRow(500, "server_error", "engine_misconfigured", "INTERNAL", "engine_misconfigured"),
+    ServingError: ErrorRow(500, "server_error", "internal_error", "INTERNAL"),
+    InvalidRequestError: ErrorRow(400, "invalid_request_error", None, "INVALID_ARGUMENT"),
+    ContextTooLongError: ErrorRow(400, "invalid_request_error", "context_length_exceeded", "INVALID_ARGUMENT"),
+    ModelNotFoundError: ErrorRow(404, "invalid_request_error", "model_not_found", "NOT_FOUND"),
+    PayloadTooLargeError: ErrorRow(413, "invalid_request_error", "payload_too_large", "INVALID_ARGUMENT"),
+    AuthenticationError: ErrorRow(401, "authentication_error", "invalid_api_key", "UNAUTHENTICATED"),
+    PermissionDeniedError: ErrorRow(403, "permission_error", "admin_key_required", "PERMISSION_DENIED"),
+    OverloadedError: ErrorRow(429, "rate_limit_error", "overloaded", "RESOURCE_EXHAUSTED"),
+    UnavailableError: ErrorRow(503, "server_error", "no_replica_available", "UNAVAILABLE"),
+    RequestTimeoutError: ErrorRow(504, "server_error", "timeout", "DEADLINE_EXCEEDED"),
+    EngineDeadError: ErrorRow(503, "server_error", "engine_unavailable", "UNAVAILABLE"),
+    ConfigError: ErrorRow(500, "server_error", "misconfigured", "INTERNAL"),
+    EngineConfigError: ErrorRow(500, "server_error", "engine_misconfigured", "INTERNAL"),
 }
 
 # Anything that is not one of ours: an opaque 500 / INTERNAL (its message is not shown to the client).
-UNKNOWN = ErrorRow(500, "server_error", "internal_error", "INTERNAL", "internal")
+UNKNOWN = ErrorRow(500, "server_error", "internal_error", "INTERNAL")
 
 
 def row_for(exc: BaseException) -> ErrorRow:
