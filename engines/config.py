@@ -6,6 +6,8 @@ the engine factory builds engines from them, the bench builds the same engines i
 
 from __future__ import annotations
 
+import math
+import os
 import string
 from typing import Annotated, Any, Literal
 
@@ -19,6 +21,8 @@ from engines.protocol import GUIDED_FIELDS, SAMPLING_FIELDS
 # The optional sampling fields (engines.protocol.SAMPLING_FIELDS) each backend implements; docs/openai-api.md has
 # the table. transformers' continuous batching takes per request only temperature, top_p and top_k
 # (cb_logits_processors.py: its per-request processors), and one seed for the whole batch loop.
+# torch CPU threads of an hf engine on a GPU replica at least (HFEngineConfig.for_replica).
+GPU_ENGINE_MIN_THREADS = 8
 HF_SAMPLING_FIELDS = frozenset({"top_k", "ignore_eos", "stop_token_ids"})
 # The emulated engine has no logits: it honours what changes where its walk through the text goes and ends.
 EMULATED_SAMPLING_FIELDS = frozenset({"seed", "top_k", "ignore_eos", "stop_token_ids", "min_tokens"})
@@ -63,6 +67,20 @@ class HFEngineConfig(StrictModel):
         """The optional sampling fields this backend implements (engines.protocol.SAMPLING_FIELDS)."""
         return HF_SAMPLING_FIELDS
 
+    def for_replica(self, num_cpus: float, num_gpus: float) -> HFEngineConfig:
+        """This config with ``num_threads`` chosen for a replica of that reservation, unless it was set.
+
+        On the GPU the batch loop's CPU side (building each iteration's inputs, the sampling processors) still
+        runs torch CPU ops, and Ray's one OpenMP thread makes the engine measurably slower (docs/streaming.md),
+        so a GPU replica gets a few threads even when it reserves one CPU.
+        """
+        if self.num_threads is not None:
+            return self
+        threads = max(1, math.ceil(num_cpus))
+        if num_gpus > 0:
+            threads = max(threads, min(GPU_ENGINE_MIN_THREADS, os.cpu_count() or 1))
+        return self.model_copy(update={"num_threads": threads})
+
     model: str = Field(
         description="'builtin:<name>' (generated offline, see engines/builtin.py), a local Hugging Face "
         "checkpoint directory, or a hub id where a hub is reachable."
@@ -77,7 +95,8 @@ class HFEngineConfig(StrictModel):
         None,
         ge=1,
         description="torch CPU threads. Ray sets OMP_NUM_THREADS=1 in replicas with fractional CPUs, "
-        "so the default (None) uses the replica's reserved CPUs rounded up.",
+        "so the default (None) uses the replica's reserved CPUs rounded up, and at least "
+        f"{GPU_ENGINE_MIN_THREADS} (or the machine's CPUs, if fewer) on a replica with a GPU.",
     )
     max_running_requests: int = Field(
         32, ge=1, le=4096, description="Sequences decoded together in one batch (continuous batching)."

@@ -84,9 +84,12 @@ class HFEngine(Engine):
         dtype = {"auto": torch.bfloat16 if device == "cuda" else torch.float32}.get(cfg.dtype) or getattr(
             torch, cfg.dtype
         )
-        if device == "cpu":
-            # Ray pins OMP_NUM_THREADS=1 in replicas with fractional CPUs; choose the thread count on purpose.
-            torch.set_num_threads(cfg.num_threads or max(1, len(os.sched_getaffinity(0))))
+        # Ray pins OMP_NUM_THREADS=1 in replicas with fractional CPUs; choose the thread count on purpose (on the GPU
+        # too: the batch loop's CPU side runs torch ops, HFEngineConfig.for_replica).
+        if cfg.num_threads:
+            torch.set_num_threads(cfg.num_threads)
+        elif device == "cpu":
+            torch.set_num_threads(max(1, len(os.sched_getaffinity(0))))
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(path)
             model_kwargs: dict[str, Any] = {"dtype": dtype}

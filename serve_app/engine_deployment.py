@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import math
 import os
 from collections.abc import AsyncIterator
 
@@ -30,10 +29,10 @@ class EngineDeployment:
     async def __init__(self, variant: dict, board) -> None:  # type: ignore[misc]  # Serve awaits async constructors
         self.variant = VariantConfig.model_validate(variant)
         engine_config = self.variant.engine
-        if engine_config.backend == "hf" and engine_config.num_threads is None:
+        if engine_config.backend == "hf":
             # Ray gives replicas with fractional CPUs one OpenMP thread; use what the replica reserved.
-            threads = max(1, math.ceil(self.variant.resources.num_cpus))
-            engine_config = engine_config.model_copy(update={"num_threads": threads})
+            resources = self.variant.resources
+            engine_config = engine_config.for_replica(resources.num_cpus, resources.num_gpus)
         self.engine = make_engine(engine_config)
         self._latency = RecentLatency()  # recent TTFT/TPOT, for the autoscaling policy
         self._redirected = 0.0  # requests spilled or shed away from this variant (router.redirect), via the board
