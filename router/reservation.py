@@ -166,7 +166,8 @@ def _room(
         ttft, tpot = model.predict_request(round(kind.prompt_tokens), load)
         # Conditionals rather than min calls (the same result: min keeps the first of equals).
         if ttft_target is not None:
-            left = 1.0 - ttft * ttft_lift / ttft_budget(ttft_target, ttft_path_ms)
+            # ttft_budget only where there is a path to take off: a call per kind is not free here.
+            left = 1.0 - ttft * ttft_lift / (ttft_budget(ttft_target, ttft_path_ms) if ttft_path_ms else ttft_target)
             if left < room:
                 room = left
         if tpot_target is not None:
