@@ -396,7 +396,7 @@ def _route_slo(
             detail="Every variant that could take this request has so much work queued that it would miss "
             "its time-to-first-token target several times over; retry after the Retry-After interval.",
         )
-    best = min(admissible, key=lambda v: (expected[v.name], -v.quality))
+    best = _least_expected(admissible, expected)
     return Decision(best.name, missed, predictions)
 
 
@@ -408,13 +408,23 @@ def _home(request: RequestFeatures, variants: Sequence[VariantView], loads: Mapp
     least = float("inf")
     # min(variants, key=idle ratio) written out: the first of the least ratio wins, as with min. The idle
     # predictions come from the model's snapshot (LatencyModel.predict_idle_ttft_ms, idle_tpot_ms).
+    prompt_tokens = request.prompt_tokens
     for i, view in enumerate(variants):
         ratio = 0.0
+        model = view.latency
         if ttft_target is not None:
-            # router.shedding.idle_ttft_ms, inline
-            ratio = view.latency.predict_idle_ttft_ms(request.prompt_tokens, loads[view.name].startup_ms) / ttft_target
+            # router.shedding.idle_ttft_ms, i.e. LatencyModel.predict_idle_ttft_ms, inline (the same arithmetic in
+            # the same order: it is asked of every candidate of a decision no variant is sure of).
+            _, _, _, per_context_token, base, ms_per_token, _, steps = model._coefficients
+            idle_ttft = (
+                base
+                + prompt_tokens * ms_per_token
+                + steps * (per_context_token * prompt_tokens)
+                + loads[view.name].startup_ms
+            )
+            ratio = idle_ttft / ttft_target
         if tpot_target is not None:
-            tpot_ratio = view.latency.idle_tpot_ms / tpot_target
+            tpot_ratio = model.idle_tpot_ms / tpot_target
             if tpot_ratio > ratio:
                 ratio = tpot_ratio
         if i == 0 or ratio < least:
@@ -427,7 +437,19 @@ def _most_likely(likely: Sequence[VariantView], expected: Mapping[str, float]) -
     (the best quality on a tie). With no variant sure, the chance of meeting comes before the objective: in
     the simulator's two_variant fleet at capacity, the best-quality pick sent interactive chat to the 70B,
     where its mean TPOT sat at the target and much of it missed (docs/sim.md)."""
-    return min(likely, key=lambda v: (expected[v.name], -v.quality)), Reason.SLO_LIKELY
+    return _least_expected(likely, expected), Reason.SLO_LIKELY
+
+
+def _least_expected(variants: Sequence[VariantView], expected: Mapping[str, float]) -> VariantView:
+    """``min(variants, key=lambda v: (expected[v.name], -v.quality))`` without a call per variant: the same
+    comparisons of the same keys, the first of equals kept."""
+    best = variants[0]
+    best_key = (expected[best.name], -best.quality)
+    for v in variants[1:]:
+        key = (expected[v.name], -v.quality)
+        if key < best_key:
+            best, best_key = v, key
+    return best
 
 
 def _best_meeting(
@@ -435,14 +457,38 @@ def _best_meeting(
 ) -> tuple[VariantView, Reason]:
     """The objective's pick among variants that meet the SLO; near-equal ones are split by slack."""
 
-    def by_slack(v: VariantView) -> tuple[float, float, float]:
-        return (predictions[v.name].slack, v.quality, -predictions[v.name].ttft_ms)
-
+    # max(..., key=by (slack, quality, -ttft)) over the pool, written out: the same comparisons of the same keys
+    # (the first of equals kept), without a key call per variant.
+    best: VariantView | None = None
+    best_key = (0.0, 0.0, 0.0)
     if config.objective == "quality":
-        floor = max(v.quality for v in meeting) - config.quality_tolerance
-        return max((v for v in meeting if v.quality >= floor), key=by_slack), Reason.SLO_MET_BEST_QUALITY
-    cheapest = min(v.cost_per_1k_tokens for v in meeting)
-    return max((v for v in meeting if v.cost_per_1k_tokens <= cheapest), key=by_slack), Reason.SLO_MET_LOWEST_COST
+        top = meeting[0].quality
+        for v in meeting:
+            if v.quality > top:
+                top = v.quality
+        floor = top - config.quality_tolerance
+        for v in meeting:
+            if v.quality >= floor:
+                p = predictions[v.name]
+                key = (p.slack, v.quality, -p.ttft_ms)
+                if best is None or key > best_key:
+                    best, best_key = v, key
+        reason = Reason.SLO_MET_BEST_QUALITY
+    else:
+        cheapest = meeting[0].cost_per_1k_tokens
+        for v in meeting:
+            if v.cost_per_1k_tokens < cheapest:
+                cheapest = v.cost_per_1k_tokens
+        for v in meeting:
+            if v.cost_per_1k_tokens <= cheapest:
+                p = predictions[v.name]
+                key = (p.slack, v.quality, -p.ttft_ms)
+                if best is None or key > best_key:
+                    best, best_key = v, key
+        reason = Reason.SLO_MET_LOWEST_COST
+    if best is None:  # only with a NaN figure, where max() raised
+        raise ValueError("no variant to pick among")
+    return best, reason
 
 
 def _reserve_room(
