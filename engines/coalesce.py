@@ -15,6 +15,19 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from engines.protocol import Delta
 
 
+def next_due(due: float, now: float, interval_s: float) -> float:
+    """When a stream's next message is due, its last one having been due at ``due`` and sent at ``now``.
+
+    One interval after the last was due, not after it was sent: a fixed cadence, as TensorRT-LLM's
+    ``stream_interval`` counts iterations, so that a message that left late (a busy event loop, an engine step that
+    ran over its due time) does not push every later one back, and the gaps a client sees stay the interval plus
+    the engine's step rather than growing by every hop's delay. A stream more than an interval behind is due one
+    interval after now (it does not catch up with one-token messages). The first message's ``due`` is 0.
+    """
+    following = due + interval_s
+    return following if following > now else now + interval_s
+
+
 def merge_deltas(deltas: list[Delta]) -> Delta:
     """One delta equivalent to ``deltas`` in order (text and ids concatenated, the last figures win)."""
     if len(deltas) == 1:
@@ -52,7 +65,7 @@ async def coalesce(source: AsyncIterator[Delta], interval_s: float) -> AsyncGene
     loop = asyncio.get_running_loop()
     pending: asyncio.Future[Delta] | None = None
     buffer: list[Delta] = []
-    last_yield = 0.0
+    due = 0.0  # when the next chunk is due (next_due); the first goes out at once
     sent_any = False
     try:
         while True:
@@ -61,12 +74,12 @@ async def coalesce(source: AsyncIterator[Delta], interval_s: float) -> AsyncGene
                 # runs as a task so that the timeout leaves it (and the engine request) alive.
                 if pending is None:
                     pending = asyncio.ensure_future(anext(source))
-                timeout = max(0.0, last_yield + interval_s - loop.time())
+                timeout = max(0.0, due - loop.time())
                 done, _ = await asyncio.wait((pending,), timeout=timeout)
                 if not done:  # interval over: send what we have, keep waiting for the engine
                     yield merge_deltas(buffer)
                     buffer = []
-                    last_yield = loop.time()
+                    due = next_due(due, loop.time(), interval_s)
                     continue
                 pull, pending = pending, None
             try:
@@ -92,12 +105,12 @@ async def coalesce(source: AsyncIterator[Delta], interval_s: float) -> AsyncGene
                 raise
             buffer.append(delta)
             now = loop.time()
-            if delta.finished or not sent_any or now >= last_yield + interval_s:
+            if delta.finished or not sent_any or now >= due:
                 # The first token goes out at once, the final delta needs no more waiting, and a delta that
                 # comes after the interval is over has waited long enough.
                 yield merge_deltas(buffer)
                 buffer = []
-                last_yield = now
+                due = next_due(due, now, interval_s)
                 sent_any = True
                 if delta.finished:
                     return

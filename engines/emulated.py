@@ -35,6 +35,7 @@ from typing import Any
 
 from core.errors import EngineConfigError, EngineDeadError, OverloadedError
 from engines.batching import ContinuousBatch, Iteration
+from engines.coalesce import next_due
 from engines.config import EmulatedEngineConfig
 from engines.iteration_timer import IterationTimer
 from engines.output_text import OutputText, stop_token_ids
@@ -248,7 +249,8 @@ class EmulatedEngine(Engine):
                 text, finish = output.feed(
                     new_ids, engine_finished=seq.finished, length_reached=seq.generated >= s.max_tokens
                 )
-                seq.send_at = time.monotonic() + seq.interval_s  # the next message is due an interval after this one
+                # The next message is due an interval after this one was (a fixed cadence, engines.coalesce.next_due).
+                seq.send_at = next_due(seq.send_at, time.monotonic(), seq.interval_s)
                 yield Delta(
                     text=text,
                     token_ids=new_ids,

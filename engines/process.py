@@ -33,7 +33,7 @@ from typing import Any
 
 from core.errors import EngineDeadError
 from engines import engine_core
-from engines.coalesce import merge_deltas
+from engines.coalesce import merge_deltas, next_due
 from engines.config import CoalesceConfig, EngineConfig
 from engines.ipc import Channel, delta_from_wire
 from engines.protocol import Delta, Engine, EngineStats, GenerationRequest
@@ -234,7 +234,7 @@ class ProcessEngine(Engine):
                 if deltas:
                     delta = merge_deltas(deltas)
                     ended = delta.finished
-                    inbox.send_at = time.monotonic() + self._interval_s
+                    inbox.send_at = next_due(inbox.send_at, time.monotonic(), self._interval_s)
                     yield delta
                     if ended:
                         return

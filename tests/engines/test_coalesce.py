@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from engines.coalesce import coalesce, merge_deltas
+from engines.coalesce import coalesce, merge_deltas, next_due
 from engines.protocol import Delta
 
 
@@ -125,3 +125,10 @@ def test_merged_deltas_keep_every_tokens_logprob_in_order():
     merged = merge_deltas([Delta("a", [1], logprobs=[a]), Delta("", []), Delta("b", [2], logprobs=[b])])
     assert merged.logprobs == [a, b]
     assert merge_deltas([Delta("a", [1]), Delta("b", [2])]).logprobs is None
+
+
+def test_the_next_message_is_due_an_interval_after_the_last_was_due_not_after_it_left():
+    assert next_due(0.0, 10.0, 0.05) == pytest.approx(10.05)  # the first message anchors the cadence
+    assert next_due(10.05, 10.07, 0.05) == pytest.approx(10.10)  # sent 20 ms late: the next one keeps the cadence
+    assert next_due(10.05, 10.2, 0.05) == pytest.approx(10.25)  # more than an interval behind: one after now
+    assert next_due(10.05, 10.07, 0.0) == pytest.approx(10.07)  # no interval: always due
