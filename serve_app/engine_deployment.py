@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import os
 from collections.abc import AsyncIterator
@@ -13,7 +12,7 @@ import ray
 from ray import serve
 
 from engines.factory import make_engine
-from engines.protocol import Delta, GenerationRequest
+from engines.protocol import Delta, EngineStats, GenerationRequest
 from serve_app.autoscaling import RecentLatency, engine_metrics
 from serve_app.config import VariantConfig
 from serve_app.metrics import EngineMetrics
@@ -64,8 +63,8 @@ class EngineDeployment:
             "node": ray.get_runtime_context().get_node_id(),
         }
 
-    def stats(self) -> dict:
-        return dataclasses.asdict(self.engine.stats())
+    def stats(self) -> EngineStats:
+        return self.engine.stats()
 
     def record_autoscaling_stats(self) -> dict[str, float]:
         """Serve's autoscaling hook (Ray 2.60): the engine's load for the engine_load policy, every few seconds."""

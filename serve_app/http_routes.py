@@ -30,6 +30,7 @@ from serve_app import openapi_doc
 from serve_app.errors import error_body, error_response
 from serve_app.openai_format import DONE, ResponseShape, openai_finish_reason, sse
 from serve_app.pipeline import Flight, Inbound, Pipeline, RequestFailed
+from serve_app.stats_board import ReplicaReport
 
 logger = logging.getLogger("ray.serve")
 
@@ -75,7 +76,7 @@ class HttpRoutes:
     def __init__(
         self,
         pipeline: Pipeline,
-        variant_stats: Callable[[], Awaitable[dict[str, list[dict]]]],
+        variant_stats: Callable[[], Awaitable[dict[str, list[ReplicaReport]]]],
         request_id: Callable[[Mapping[str, str]], str] = header_request_id,
     ) -> None:
         """``variant_stats``: the stats board's replicas per variant (``GET /variants``); ``request_id``: the id a
@@ -120,10 +121,10 @@ class HttpRoutes:
                     "model": v.engine.model,
                     "sampling_fields": sorted(v.engine.sampling_fields()),  # docs/openai-api.md
                     "replicas": len(replicas),
-                    "running_requests": sum(r["running_requests"] for r in replicas),
-                    "queued_requests": sum(r["queued_requests"] for r in replicas),
-                    "tokens_per_s": round(sum(r["tokens_per_s"] for r in replicas), 1),
-                    "replica_stats": replicas,
+                    "running_requests": sum(r.stats.running_requests for r in replicas),
+                    "queued_requests": sum(r.stats.queued_requests for r in replicas),
+                    "tokens_per_s": round(sum(r.stats.tokens_per_s for r in replicas), 1),
+                    "replica_stats": [r.as_json() for r in replicas],
                 }
             )
         return {"model": config.model_name, "variants": out}

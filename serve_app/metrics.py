@@ -18,6 +18,7 @@ from typing import Any
 
 from ray.serve import metrics
 
+from engines.protocol import EngineStats
 from router import Prediction
 
 logger = logging.getLogger("ray.serve")
@@ -114,13 +115,12 @@ class EngineMetrics:
             tag_keys=("variant",),
         )
 
-    def set(self, stats: dict) -> None:
-        self.queued.set(stats["queued_requests"], self._tags)
-        self.running.set(stats["running_requests"], self._tags)
-        total = stats["kv_blocks_total"]
-        self.kv_used.set(stats["kv_blocks_used"] / total if total else 0.0, self._tags)
-        self.tokens_per_s.set(stats["tokens_per_s"], self._tags)
-        self.recent_tpot.set(stats["recent_tpot_ms"], self._tags)
+    def set(self, stats: EngineStats) -> None:
+        self.queued.set(stats.queued_requests, self._tags)
+        self.running.set(stats.running_requests, self._tags)
+        self.kv_used.set(stats.kv_used_fraction, self._tags)
+        self.tokens_per_s.set(stats.tokens_per_s, self._tags)
+        self.recent_tpot.set(stats.recent_tpot_ms, self._tags)
 
 
 class OffLoopObserver:

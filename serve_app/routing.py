@@ -24,6 +24,7 @@ from router.load import decode_pace
 from router.policy import missing_fields, reject_unsupported
 from router.redirect import RedirectedDemand, redirected_from
 from serve_app.config import AppConfig
+from serve_app.stats_board import ReplicaReport
 
 logger = logging.getLogger("ray.serve")
 
@@ -38,7 +39,7 @@ class RoutingTable:
     def __init__(
         self,
         config: AppConfig,
-        snapshot: Callable[[], Awaitable[dict[str, list[dict]]]],
+        snapshot: Callable[[], Awaitable[dict[str, list[ReplicaReport]]]],
         publish: Callable[[str, dict[str, float]], Awaitable[None]] | None = None,
         wake: Callable[[str], Awaitable[Any]] | None = None,
     ) -> None:
@@ -53,7 +54,7 @@ class RoutingTable:
         self._source = uuid.uuid4().hex[:12]
         self._redirected = RedirectedDemand()
         self._published: dict[str, float] = {}
-        self._snapshot: dict[str, list[dict]] = {}
+        self._snapshot: dict[str, list[ReplicaReport]] = {}
         self._variants = {v.name: v for v in config.variants}
         self._models = {v.name: new_latency_model(v.latency_profile, config.router) for v in config.variants}
         # The requests this table routed, in flight: the pipeline reports their first token, progress and close to
@@ -72,12 +73,12 @@ class RoutingTable:
         snapshot = await self._snapshot_fn()
         now = time.monotonic()
         # A replica that reports no context length yet is still starting: not ready to route to.
-        ready = {name: [r for r in replicas if r["context_length"]] for name, replicas in snapshot.items()}
+        ready = {name: [r for r in replicas if r.stats.context_length] for name, replicas in snapshot.items()}
         self._snapshot = {name: replicas for name, replicas in ready.items() if replicas}
         for name, replicas in self._snapshot.items():
-            self._known_context[name] = min(r["context_length"] for r in replicas)
+            self._known_context[name] = min(r.stats.context_length for r in replicas)
             # The oldest replica's figures date the sum: requests sent since may be in none of them.
-            self._report_at[name] = now - max(float(r.get("age_s", 0.0)) for r in replicas)
+            self._report_at[name] = now - max(r.age_s for r in replicas)
         await self._publish_redirected(now)
 
     async def _publish_redirected(self, now: float) -> None:
@@ -134,26 +135,27 @@ class RoutingTable:
                     )
                 )
                 continue
-            pace_ms, pace_batch = decode_pace((r["recent_tpot_ms"], r["recent_decode_batch"]) for r in replicas)
+            stats = [r.stats for r in replicas]
+            pace_ms, pace_batch = decode_pace((s.recent_tpot_ms, s.recent_decode_batch) for s in stats)
             view = VariantView(
                 name=name,
-                context_length=min(r["context_length"] for r in replicas),
+                context_length=min(s.context_length for s in stats),
                 quality=variant.quality,
                 cost_per_1k_tokens=variant.cost_per_1k_tokens,
                 ready_replicas=len(replicas),
-                max_running_requests=max(1, min(r["max_running_requests"] for r in replicas)),
+                max_running_requests=max(1, min(s.max_running_requests for s in stats)),
                 latency=self._models[name],
                 sampling_fields=variant.engine.sampling_fields(),
-                queued_requests=sum(r["queued_requests"] for r in replicas),
-                running_requests=sum(r["running_requests"] for r in replicas),
-                queued_prompt_tokens=sum(r["queued_prompt_tokens"] for r in replicas),
+                queued_requests=sum(s.queued_requests for s in stats),
+                running_requests=sum(s.running_requests for s in stats),
+                queued_prompt_tokens=sum(s.queued_prompt_tokens for s in stats),
                 kv_used_fraction=max(
-                    (_kv_fraction(r) for r in replicas),
+                    (s.kv_used_fraction for s in stats),
                     default=0.0,
                 ),
                 recent_tpot_ms=pace_ms,
                 recent_decode_batch=pace_batch,
-                context_tokens=sum(r["context_tokens"] for r in replicas),
+                context_tokens=sum(s.context_tokens for s in stats),
             )
             views.append(self.book.annotate(view, now, self._report_at.get(name)))
         return views
@@ -163,7 +165,7 @@ class RoutingTable:
 
     def context_lengths(self) -> dict[str, int]:
         return {
-            name: min(r["context_length"] for r in replicas)
+            name: min(r.stats.context_length for r in replicas)
             for name, replicas in self._snapshot.items()
             if replicas and name in self._variants
         }
@@ -240,8 +242,3 @@ class RoutingTable:
 
     def learned_profiles(self) -> dict[str, Any]:
         return {name: model.profile().model_dump() for name, model in self._models.items()}
-
-
-def _kv_fraction(replica_stats: dict) -> float:
-    total = replica_stats["kv_blocks_total"]
-    return replica_stats["kv_blocks_used"] / total if total else 0.0

@@ -11,12 +11,30 @@ gets its variant's sum over the ingresses back as the answer to its own post, fo
 
 from __future__ import annotations
 
+import dataclasses
 import time
+from dataclasses import dataclass
+from typing import Any
 
 from ray import serve
 
+from engines.protocol import EngineStats
+
 # Generous: a replica busy with long prefills on a small CPU can post late; a dead one still drops out.
 STALE_AFTER_S = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaReport:
+    """One engine replica's latest stats as the board hands them out: typed from the engine to the router."""
+
+    replica: str  # the replica's id (Serve's unique_id)
+    age_s: float  # since the replica posted them
+    stats: EngineStats
+
+    def as_json(self) -> dict[str, Any]:
+        """``GET /variants``' entry: the id, the age and every stats field, flat."""
+        return {"replica": self.replica, "age_s": round(self.age_s, 3), **dataclasses.asdict(self.stats)}
 
 
 @serve.deployment(
@@ -27,10 +45,10 @@ STALE_AFTER_S = 10.0
 )
 class StatsBoard:
     def __init__(self) -> None:
-        self._entries: dict[tuple[str, str], tuple[float, dict]] = {}
+        self._entries: dict[tuple[str, str], tuple[float, EngineStats]] = {}
         self._redirected: dict[str, tuple[float, dict[str, float]]] = {}  # ingress -> (posted, {variant: level})
 
-    def post(self, variant: str, replica: str, stats: dict) -> float:
+    def post(self, variant: str, replica: str, stats: EngineStats) -> float:
         """Takes a replica's stats; answers the requests redirected away from its variant, summed over ingresses."""
         now = time.monotonic()
         self._entries[(variant, replica)] = (now, stats)
@@ -45,14 +63,14 @@ class StatsBoard:
     def remove(self, variant: str, replica: str) -> None:
         self._entries.pop((variant, replica), None)
 
-    def snapshot(self) -> dict[str, list[dict]]:
-        """Fresh entries grouped by variant: ``{variant: [{"replica": id, "age_s": s, **stats}, ...]}``."""
+    def snapshot(self) -> dict[str, list[ReplicaReport]]:
+        """Fresh entries grouped by variant."""
         now = time.monotonic()
-        out: dict[str, list[dict]] = {}
+        out: dict[str, list[ReplicaReport]] = {}
         for (variant, replica), (posted, stats) in list(self._entries.items()):
             age = now - posted
             if age > STALE_AFTER_S:
                 del self._entries[(variant, replica)]
                 continue
-            out.setdefault(variant, []).append({"replica": replica, "age_s": round(age, 3), **stats})
+            out.setdefault(variant, []).append(ReplicaReport(replica, age, stats))
         return out

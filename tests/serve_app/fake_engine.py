@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import dataclasses
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from serve_app.limiter import SharedLimits
 from serve_app.pipeline import Pipeline
 from serve_app.prompting import PromptBuilder
 from serve_app.routing import RoutingTable
+from serve_app.stats_board import ReplicaReport
 from tests.conftest import REPO
 
 Item = Delta | BaseException
@@ -127,9 +127,9 @@ class RecordedMetrics:
         return out
 
 
-def _replica(name: str, context_length: int) -> dict:
+def _replica(name: str, context_length: int) -> ReplicaReport:
     stats = EngineStats(kv_blocks_used=0, kv_blocks_total=100, context_length=context_length, max_running_requests=16)
-    return {"replica": name, "age_s": 0.0, **dataclasses.asdict(stats)}
+    return ReplicaReport(name, 0.0, stats)
 
 
 def default_args() -> dict:
@@ -174,7 +174,7 @@ def harness(
     config = load_app_config(args)
     metrics = RecordedMetrics()
 
-    async def snapshot() -> dict[str, list[dict]]:
+    async def snapshot() -> dict[str, list[ReplicaReport]]:
         return {v.name: [_replica(f"{v.name}-1", 4096)] for v in config.variants}
 
     routing = RoutingTable(config, snapshot)

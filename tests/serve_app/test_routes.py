@@ -5,6 +5,7 @@ driven at the ASGI level, since TestClient reads a whole response before returni
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from typing import Any
 
@@ -13,7 +14,9 @@ import pytest
 from starlette.testclient import TestClient
 
 from core.errors import EngineDeadError
+from engines.protocol import EngineStats
 from serve_app.http_routes import HttpRoutes, standalone_app
+from serve_app.stats_board import ReplicaReport
 from tests.serve_app.fake_engine import Harness, answer, harness
 
 KEY = "sk-test-1"
@@ -216,7 +219,8 @@ async def test_a_client_that_goes_away_mid_stream_aborts_the_engine_request_and_
 
 def test_variants_and_health():
     h = harness(auth=_keys(admin=False))
-    stats = {"tiny": [{"running_requests": 2, "queued_requests": 1, "tokens_per_s": 10.04}]}
+    report = ReplicaReport("tiny-1", 0.25, EngineStats(running_requests=2, queued_requests=1, tokens_per_s=10.04))
+    stats = {"tiny": [report]}
     with _client(h, stats) as c:
         assert c.get("/health").json() == {"status": "ok"}
         assert c.get("/variants", headers={"authorization": f"Bearer {KEY}"}).status_code == 403
@@ -224,6 +228,7 @@ def test_variants_and_health():
     with _client(h, stats) as c:
         tiny = c.get("/variants").json()["variants"][0]
     assert (tiny["name"], tiny["replicas"], tiny["running_requests"], tiny["tokens_per_s"]) == ("tiny", 1, 2, 10.0)
+    assert tiny["replica_stats"] == [{"replica": "tiny-1", "age_s": 0.25, **dataclasses.asdict(report.stats)}]
 
 
 def test_an_unknown_route_answers_in_openais_error_shape():

@@ -12,13 +12,14 @@ from engines.protocol import EngineStats
 from router import SLO, Reason, RequestFeatures
 from serve_app.config import load_app_config
 from serve_app.routing import RoutingTable
+from serve_app.stats_board import ReplicaReport
 from tests.conftest import REPO
 
 
-def _replica(name: str, **overrides) -> dict:
-    """A board entry as an engine replica posts it (its EngineStats as a dict)."""
+def _replica(name: str, **overrides) -> ReplicaReport:
+    """A board entry as an engine replica posts it."""
     stats = EngineStats(kv_blocks_used=10, kv_blocks_total=100, context_length=1024, max_running_requests=16)
-    return {"replica": name, **dataclasses.asdict(stats), **overrides}
+    return ReplicaReport(name, 0.0, dataclasses.replace(stats, **overrides))
 
 
 @pytest.fixture
@@ -242,11 +243,16 @@ async def test_requests_spilled_from_a_full_variant_are_published_as_its_redirec
     async def publish(source: str, levels: dict[str, float]) -> None:
         published.append((source, levels))
 
-    async def snapshot() -> dict[str, list[dict]]:
+    async def snapshot() -> dict[str, list[ReplicaReport]]:
         full = _replica(
-            "a", running_requests=2, queued_requests=40, queued_prompt_tokens=40 * 4000, context_length=32768
+            "a",
+            running_requests=2,
+            queued_requests=40,
+            queued_prompt_tokens=40 * 4000,
+            context_length=32768,
+            max_running_requests=2,
         )
-        return {cheap: [{**full, "max_running_requests": 2}], other: [_replica("b", context_length=32768)]}
+        return {cheap: [full], other: [_replica("b", context_length=32768)]}
 
     table = RoutingTable(config, snapshot, publish)
     await table.refresh()
@@ -273,7 +279,7 @@ async def test_a_variant_at_zero_replicas_that_requests_prefer_gets_one_wake_up_
         woken.append(variant)
         await answer.wait()  # Serve answers once a replica runs
 
-    async def snapshot() -> dict[str, list[dict]]:
+    async def snapshot() -> dict[str, list[ReplicaReport]]:
         return {other: [_replica("b", context_length=32768)]}  # the cheap variant has no replica
 
     table = RoutingTable(config, snapshot, wake=wake)
