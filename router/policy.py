@@ -2,8 +2,8 @@
 
 ``route`` is a pure function of the request, the variants' views and the config, apart from the small
 explicit :class:`~router.types.RouterState` (the round-robin position). It never raises for load: an
-overloaded or unavailable system is a rejection :class:`~router.types.Decision` with a status and a
-Retry-After, which the ingress turns into an HTTP answer.
+overloaded or unavailable system is a rejection :class:`~router.types.Decision` with a reason and a
+Retry-After; ``router.rejections`` names the error each reason is, which each protocol then answers.
 
 Order of the checks, for every policy:
 
@@ -380,7 +380,6 @@ def _route_slo(
             None,
             Reason.REJECTED_SLO,
             predictions,
-            reject_status=429,
             retry_after_s=config.retry_after_s,
             detail="No variant can meet this request's latency targets now; retry later or relax them.",
         )
@@ -391,7 +390,6 @@ def _route_slo(
             None,
             Reason.SHED_HOPELESS,
             predictions,
-            reject_status=429,
             retry_after_s=shed_retry_after_s(request, admissible, predictions, config.retry_after_s),
             detail="Every variant that could take this request has so much work queued that it would miss "
             "its time-to-first-token target several times over; retry after the Retry-After interval.",
@@ -536,7 +534,6 @@ def _route_pinned(
             None,
             Reason.REJECTED_UNKNOWN_VARIANT,
             {},
-            reject_status=404,
             detail=f"There is no variant {request.pinned!r}.",
         )
     if missing_fields(request, view):
@@ -576,7 +573,6 @@ def reject_unsupported(request: RequestFeatures, variants: Sequence[VariantView]
         None,
         Reason.REJECTED_UNSUPPORTED_FIELD,
         {},
-        reject_status=400,
         detail=f"{detail}, so the request is refused rather than the field ignored: remove it, or send the "
         "request to a model whose engine implements it.",
         param=name,
@@ -588,7 +584,6 @@ def _reject_context(request: RequestFeatures, context_length: int, what: str) ->
         None,
         Reason.REJECTED_CONTEXT,
         {},
-        reject_status=400,
         detail=f"The prompt ({request.prompt_tokens} tokens) plus max_tokens ({request.max_tokens}) "
         f"needs {request.prompt_tokens + request.max_tokens} tokens, more than {what} "
         f"({context_length}). Shorten the prompt or lower max_tokens.",
@@ -600,7 +595,6 @@ def _reject_unavailable(names: str, config: RouterConfig) -> Decision:
         None,
         Reason.REJECTED_UNAVAILABLE,
         {},
-        reject_status=503,
         retry_after_s=config.retry_after_s,
         detail=f"No replica of {names} is serving now.",
     )
@@ -611,7 +605,6 @@ def _reject_overloaded(predictions: dict[str, Prediction], config: RouterConfig)
         None,
         Reason.REJECTED_OVERLOADED,
         predictions,
-        reject_status=429,
         retry_after_s=config.retry_after_s,
         detail="Every variant that could take this request is at its queue limit; retry later.",
     )

@@ -148,7 +148,8 @@ class Prediction:
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    """Where a request goes (``variant``) or why it goes nowhere (``reject_status``), and on what grounds.
+    """Where a request goes (``variant``) or why it goes nowhere (``variant`` None: ``reason`` says why, and
+    ``router.rejections`` which error that is), and on what grounds.
 
     ``predictions`` covers the variants that could take the request (fitting, with replicas), so a
     decision can be explained and the model of the chosen variant trained on the outcome.
@@ -157,10 +158,9 @@ class Decision:
     variant: str | None
     reason: Reason
     predictions: dict[str, Prediction]
-    reject_status: int | None = None  # HTTP status of a rejection: 400, 404, 429 or 503
-    retry_after_s: float | None = None  # with 429 and 503
+    retry_after_s: float | None = None  # with a rejection for want of capacity (router.rejections.CAPACITY_REASONS)
     detail: str = ""  # a sentence for the client, with a rejection
-    param: str | None = None  # the request field a 400 is about (OpenAI's error.param), where there is one
+    param: str | None = None  # the request field a rejection is about (OpenAI's error.param), where there is one
 
     @property
     def rejected(self) -> bool:

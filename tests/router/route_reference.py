@@ -251,7 +251,6 @@ def _route_slo(
             None,
             Reason.REJECTED_SLO,
             predictions,
-            reject_status=429,
             retry_after_s=config.retry_after_s,
             detail="No variant can meet this request's latency targets now; retry later or relax them.",
         )
@@ -262,7 +261,6 @@ def _route_slo(
             None,
             Reason.SHED_HOPELESS,
             predictions,
-            reject_status=429,
             retry_after_s=shed_retry_after_s(request, admissible, predictions, config.retry_after_s),
             detail="Every variant that could take this request has so much work queued that it would miss "
             "its time-to-first-token target several times over; retry after the Retry-After interval.",
@@ -490,7 +488,6 @@ def _route_pinned(request: RequestFeatures, variants: Sequence[VariantView], con
             None,
             Reason.REJECTED_UNKNOWN_VARIANT,
             {},
-            reject_status=404,
             detail=f"There is no variant {request.pinned!r}.",
         )
     if missing_fields(request, view):

@@ -77,7 +77,7 @@ def test_a_baseline_pick_past_its_queue_bound_is_rejected_not_rerouted():
 
     decision = route(request(), [small(), big(**saturated(queued=8))], config, RouterState())
 
-    assert (decision.reject_status, decision.reason) == (429, Reason.REJECTED_OVERLOADED)
+    assert (decision.variant, decision.reason) == (None, Reason.REJECTED_OVERLOADED)
 
 
 def test_baselines_skip_variants_without_serving_replicas_and_still_report_predictions():

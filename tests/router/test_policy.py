@@ -131,7 +131,7 @@ def test_degrade_takes_the_smallest_predicted_violation():
 
     assert decision.variant == "small"  # 20 ms against 5 ms beats 150 ms against 5 ms
     assert decision.reason == Reason.DEGRADED_SMALLEST_VIOLATION
-    assert decision.reject_status is None
+    assert not decision.rejected
     assert 0 < decision.predictions["small"].violation < decision.predictions["big"].violation
 
 
@@ -176,7 +176,7 @@ def test_reject_answers_429_with_retry_after_and_the_predictions():
     decision = decide(request(slo=impossible), [big(), small()], on_violation="reject", retry_after_s=2.5)
 
     assert decision.rejected
-    assert (decision.reject_status, decision.retry_after_s) == (429, 2.5)
+    assert (decision.variant, decision.retry_after_s) == (None, 2.5)
     assert decision.reason == Reason.REJECTED_SLO
     assert set(decision.predictions) == {"big", "small"}
 
@@ -206,7 +206,7 @@ def test_a_request_no_context_holds_is_rejected_with_400_naming_the_sizes():
     decision = decide(request(prompt_tokens=9000), [small(), big()])
 
     assert decision.rejected
-    assert (decision.reject_status, decision.reason) == (400, Reason.REJECTED_CONTEXT)
+    assert (decision.variant, decision.reason) == (None, Reason.REJECTED_CONTEXT)
     assert decision.retry_after_s is None
     assert "9128" in decision.detail and "8192" in decision.detail
 
@@ -238,7 +238,7 @@ def test_a_field_no_variant_implements_is_rejected_with_400_naming_it():
 
     decision = decide(request(sampling_fields=frozenset({"seed", "logit_bias"})), variants)
 
-    assert (decision.reject_status, decision.reason) == (400, Reason.REJECTED_UNSUPPORTED_FIELD)
+    assert (decision.variant, decision.reason) == (None, Reason.REJECTED_UNSUPPORTED_FIELD)
     assert decision.param == "logit_bias" and "'logit_bias'" in decision.detail
 
 
@@ -247,7 +247,7 @@ def test_fields_that_no_single_variant_implements_together_are_rejected_naming_o
 
     decision = decide(request(sampling_fields=frozenset({"seed", "presence_penalty"})), variants)
 
-    assert (decision.reject_status, decision.reason) == (400, Reason.REJECTED_UNSUPPORTED_FIELD)
+    assert (decision.variant, decision.reason) == (None, Reason.REJECTED_UNSUPPORTED_FIELD)
     assert decision.param == "presence_penalty"  # the first one small (the first variant) lacks
 
 
@@ -256,8 +256,8 @@ def test_a_pinned_request_using_a_field_its_backend_lacks_is_rejected_not_rerout
 
     decision = decide(request(pinned="small", sampling_fields=frozenset({"frequency_penalty"})), variants)
 
-    assert (decision.reject_status, decision.reason, decision.param) == (
-        400,
+    assert (decision.variant, decision.reason, decision.param) == (
+        None,
         Reason.REJECTED_UNSUPPORTED_FIELD,
         "frequency_penalty",
     )
@@ -278,14 +278,14 @@ def test_a_pinned_request_too_long_for_its_variant_is_rejected_not_rerouted():
     decision = decide(request(prompt_tokens=3000, pinned="small"), [small(), big()])
 
     assert decision.rejected
-    assert (decision.reject_status, decision.reason) == (400, Reason.REJECTED_CONTEXT)
+    assert (decision.variant, decision.reason) == (None, Reason.REJECTED_CONTEXT)
     assert "'small'" in decision.detail
 
 
 def test_a_request_pinned_to_an_unknown_variant_is_rejected_with_404():
     decision = decide(request(pinned="huge"), [small(), big()])
 
-    assert (decision.reject_status, decision.reason) == (404, Reason.REJECTED_UNKNOWN_VARIANT)
+    assert (decision.variant, decision.reason) == (None, Reason.REJECTED_UNKNOWN_VARIANT)
 
 
 def test_a_pinned_request_is_still_subject_to_admission_control():
@@ -293,13 +293,13 @@ def test_a_pinned_request_is_still_subject_to_admission_control():
 
     decision = decide(request(pinned="big"), variants, queue_bound_per_replica=4)
 
-    assert (decision.reject_status, decision.reason) == (429, Reason.REJECTED_OVERLOADED)
+    assert (decision.variant, decision.reason) == (None, Reason.REJECTED_OVERLOADED)
 
 
 def test_a_request_pinned_to_a_variant_without_replicas_gets_503():
     decision = decide(request(pinned="big"), [small(), big(ready_replicas=0)])
 
-    assert (decision.reject_status, decision.reason) == (503, Reason.REJECTED_UNAVAILABLE)
+    assert (decision.variant, decision.reason) == (None, Reason.REJECTED_UNAVAILABLE)
     assert decision.retry_after_s is not None
 
 
@@ -312,8 +312,8 @@ def test_every_queue_past_its_bound_answers_429_with_retry_after():
     decision = decide(request(), variants, queue_bound_per_replica=8, retry_after_s=3.0)
 
     assert decision.rejected
-    assert (decision.reject_status, decision.reason, decision.retry_after_s) == (
-        429,
+    assert (decision.variant, decision.reason, decision.retry_after_s) == (
+        None,
         Reason.REJECTED_OVERLOADED,
         3.0,
     )
@@ -328,7 +328,7 @@ def test_sheddable_requests_are_rejected_while_others_are_still_admitted():
     batch = decide(request(sheddable=True), variants, **config)
 
     assert interactive.variant is not None
-    assert (batch.reject_status, batch.reason) == (429, Reason.REJECTED_OVERLOADED)
+    assert (batch.variant, batch.reason) == (None, Reason.REJECTED_OVERLOADED)
 
 
 def test_a_sheddable_request_leaves_a_queued_variant_to_the_interactive_ones():
@@ -364,7 +364,7 @@ def test_variants_without_ready_or_starting_replicas_give_503(policy: Policy):
     no_variants = decide(request(), [], policy=policy)
 
     for decision in (no_replicas, no_variants):
-        assert (decision.reject_status, decision.reason) == (503, Reason.REJECTED_UNAVAILABLE)
+        assert (decision.variant, decision.reason) == (None, Reason.REJECTED_UNAVAILABLE)
         assert decision.retry_after_s is not None
 
 

@@ -37,7 +37,7 @@ def test_a_request_the_queues_make_hopeless_everywhere_is_shed_with_a_retry_afte
     # small: 10 + (100 + 6000) x 0.1 = 620 ms; big: 50 + 100 + 1000 = 1150 ms; both beyond 1.5 x 300 ms.
     decision = decide(request(), [queued(small, 6000), queued(big, 1000)])
 
-    assert (decision.reject_status, decision.reason) == (429, Reason.SHED_HOPELESS)
+    assert (decision.variant, decision.reason) == (None, Reason.SHED_HOPELESS)
     # The shortest queue should have room in 620 - 300 ms: never less than the configured floor.
     assert decision.retry_after_s == pytest.approx(1.0)
     assert decision.predictions["small"].ttft_ms == pytest.approx(620.0)

@@ -161,7 +161,7 @@ async def test_a_variant_without_a_ready_replica_is_starting_not_gone(table):
         update={"router": table.config.router.model_copy(update={"wait_for_starting_replicas": False})}
     )
     decision = table.decide(long_prompt)
-    assert decision.rejected and decision.reject_status == 503
+    assert (decision.variant, decision.reason) == (None, Reason.REJECTED_UNAVAILABLE)
     assert table.decide(RequestFeatures(prompt_tokens=20, max_tokens=8)).variant == "tiny"
 
 
@@ -221,15 +221,15 @@ def test_without_reports_the_fallback_is_the_default_variant_unless_it_lacks_a_f
 def test_without_reports_a_field_no_variant_or_not_the_pinned_one_implements_is_a_400_naming_it():
     table = _mixed_table()
     nowhere = table.fallback(RequestFeatures(prompt_tokens=5, max_tokens=5, sampling_fields=frozenset({"logit_bias"})))
-    assert (nowhere.reject_status, nowhere.reason, nowhere.param) == (
-        400,
+    assert (nowhere.variant, nowhere.reason, nowhere.param) == (
+        None,
         Reason.REJECTED_UNSUPPORTED_FIELD,
         "logit_bias",
     )
     pinned = table.fallback(
         RequestFeatures(prompt_tokens=5, max_tokens=5, pinned="hf-tiny", sampling_fields=frozenset({"min_tokens"}))
     )
-    assert (pinned.reject_status, pinned.param) == (400, "min_tokens")
+    assert (pinned.variant, pinned.param) == (None, "min_tokens")
     assert "'hf-tiny'" in pinned.detail
 
 
