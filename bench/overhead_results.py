@@ -197,7 +197,7 @@ def render_table(result: OverheadResult) -> str:
 def cpu_breakdown(level: LevelResult, top: int = 4) -> str:
     """``role ms/token`` for the roles that spent the most, e.g. ``variant-engine 0.41, proxy 0.12``."""
     roles = sorted(level.cpu_s, key=lambda r: -level.cpu_s[r])[:top]
-    return ", ".join(f"{role} {level.cpu_ms_per_token(role):.2f}" for role in roles)
+    return ", ".join(f"{role} {level.cpu_ms_per_token(role) or 0:.2f}" for role in roles)
 
 
 def render_cpu_table(result: OverheadResult) -> list[str]:
