@@ -28,9 +28,9 @@ import httpx
 from pydantic import BaseModel, Field
 
 from bench.client import MonotonicClock, TargetConfig, send_request
-from bench.records import RequestRecord
-from bench.workload import RequestSpec, Slo, make_prompt
 from router.config import LatencyProfile
+from traffic.records import RequestRecord
+from traffic.workload import RequestSpec, Slo, make_prompt
 
 
 class ProbePlan(BaseModel):

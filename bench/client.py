@@ -22,8 +22,8 @@ import httpx
 from httpx_sse import SSEError, aconnect_sse
 from pydantic import BaseModel, Field, model_validator
 
-from bench.records import RequestRecord, slo_met, time_per_output_token
-from bench.workload import RequestSpec
+from traffic.records import RequestRecord, slo_met, time_per_output_token
+from traffic.workload import RequestSpec
 
 
 class Clock(Protocol):

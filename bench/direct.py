@@ -2,7 +2,7 @@
 
 This is path (a) of ``python -m bench overhead``: no HTTP, no Ray, no SSE, only :meth:`Engine.generate`.
 The loop and the records mirror :mod:`bench.loadgen` (``concurrency`` workers, each sending its next
-request when the previous one ends) so that :func:`bench.summary.summarize` scores every path alike.
+request when the previous one ends) so that :func:`traffic.summary.summarize` scores every path alike.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from collections.abc import Iterable
 
 from bench.client import Clock, MonotonicClock
 from bench.loadgen import LoadResult
-from bench.records import RequestRecord, slo_met, time_per_output_token
-from bench.workload import RequestSpec
 from core.errors import ServingError
 from engines.protocol import Engine, GenerationRequest, SamplingParams
+from traffic.records import RequestRecord, slo_met, time_per_output_token
+from traffic.workload import RequestSpec
 
 
 def sampling_for(spec: RequestSpec, base: SamplingParams) -> SamplingParams:

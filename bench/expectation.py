@@ -13,11 +13,11 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, Field
 
-from bench.workload import Slo
 from engines.profile import EngineProfile
 from router import SLO, RequestFeatures
 from sim.replica import ReplicaState, SimReplica
 from sim.request import SimRequest
+from traffic.workload import Slo
 
 
 class Expectation(BaseModel):

@@ -19,11 +19,11 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from bench.workload import RequestSpec, make_prompt
 from router.config import RouterConfig
 from sim.scenario import PoolSpec, Scenario
 from sim.seed import router_seed
 from sim.workload import sim_requests
+from traffic.workload import RequestSpec, make_prompt
 
 TOKENIZER = "builtin:tiny"  # the emulated engines stream its ids; prompts are drawn from its plain tokens
 TOKEN_ID_RANGE = (256, 500)

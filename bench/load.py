@@ -1,7 +1,7 @@
 """``python -m bench load``: drive an OpenAI-compatible server and write records, summary, plots and report.
 
-Writes into ``--out DIR``: ``records.jsonl`` (one :class:`~bench.records.RequestRecord` a line),
-``summary.json`` (:class:`~bench.summary.Summary`), ``replicas.jsonl`` (when the server answers
+Writes into ``--out DIR``: ``records.jsonl`` (one :class:`~traffic.records.RequestRecord` a line),
+``summary.json`` (:class:`~traffic.summary.Summary`), ``replicas.jsonl`` (when the server answers
 ``GET /variants``), ``ttft_cdf.png``, ``latency_over_time.png``, ``load_over_time.png`` and ``report.md``.
 """
 
@@ -19,7 +19,11 @@ from typing import Literal, TypeVar, cast
 
 import httpx
 
-from bench.arrivals import (
+from bench.client import MonotonicClock, TargetConfig
+from bench.loadgen import LoadConfig, LoadResult, run_load
+from bench.replicas import ReplicaSample, poll_variants
+from engines import event_loop
+from traffic.arrivals import (
     ArrivalSpec,
     BurstArrivals,
     ConstantArrivals,
@@ -27,12 +31,10 @@ from bench.arrivals import (
     SpikeArrivals,
     arrival_times,
 )
-from bench.client import MonotonicClock, TargetConfig
-from bench.loadgen import LoadConfig, LoadResult, run_load
-from bench.replicas import ReplicaSample, poll_variants
-from bench.summary import Summary
-from bench.trace import TraceRow, load_trace
-from bench.workload import (
+from traffic.output import write_outputs
+from traffic.summary import Summary
+from traffic.trace import TraceRow, load_trace
+from traffic.workload import (
     RequestSpec,
     WorkloadConfig,
     build_requests,
@@ -40,8 +42,6 @@ from bench.workload import (
     parse_tier,
     trace_requests,
 )
-from engines import event_loop
-from traffic.output import write_outputs
 
 T = TypeVar("T")
 

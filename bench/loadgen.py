@@ -26,8 +26,8 @@ from pydantic import BaseModel, Field, model_validator
 from tqdm.auto import tqdm
 
 from bench.client import Clock, MonotonicClock, TargetConfig, send_request
-from bench.records import RequestRecord
-from bench.workload import RequestSpec
+from traffic.records import RequestRecord
+from traffic.workload import RequestSpec
 
 
 class LoadConfig(BaseModel):

@@ -55,10 +55,6 @@ from bench.overhead_results import (
 )
 from bench.process_cpu import cpu_by_role, cpu_delta
 from bench.prompt_pairs import PromptPair, output_lengths, prompt_pairs, request_specs
-from bench.records import write_jsonl
-from bench.report import machine_info
-from bench.summary import summarize
-from bench.workload import RequestSpec
 from engines import event_loop
 from engines.config import CoalesceConfig, EmulatedEngineConfig, HFEngineConfig, OpenAIServerEngineConfig
 from engines.emulated import EmulatedEngine
@@ -66,6 +62,10 @@ from engines.factory import make_engine
 from engines.ports import free_port
 from engines.presets import EMULATED_PREFIX
 from engines.protocol import SamplingParams
+from traffic.records import write_jsonl
+from traffic.report import machine_info
+from traffic.summary import summarize
+from traffic.workload import RequestSpec
 
 NAME = "overhead"
 DEFAULT_CONCURRENCY = (1, 16, 64)

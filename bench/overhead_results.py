@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 
 from bench.expectation import Expectation
 from bench.process_cpu import PROFILER
-from bench.summary import Summary
+from traffic.summary import Summary
 
 # In the order they run and are shown; (a) and (b) are the baselines the others are divided by.
 PATHS: dict[str, str] = {

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from bench.workload import RequestSpec, Slo, make_prompt
+from traffic.workload import RequestSpec, Slo, make_prompt
 
 _MAX_TRIES = 1000
 

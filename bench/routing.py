@@ -38,18 +38,20 @@ import httpx
 import yaml
 from pydantic import BaseModel, Field
 
-from bench.arrivals import PoissonArrivals, arrival_times
 from bench.calibration import ProbePlan, VariantCalibration, calibrate_variant, mix_capacity
 from bench.client import TargetConfig
 from bench.load import drive
 from bench.loadgen import LoadConfig
 from bench.local_serve import local_serve
-from bench.mix import MixConfig, mean_length, mixed_requests, routing_mix, slo_window_s
 from bench.policy_apps import EngineLimits, engine_limits, policy_args, policy_ingress
-from bench.records import RequestRecord, read_jsonl, write_jsonl
-from bench.report import machine_info
 from bench.routing_plot import sweep_plot
-from bench.routing_results import (
+from router.config import RouterConfig, SLOTier
+from sim.scenario import SCENARIOS
+from traffic.arrivals import PoissonArrivals, arrival_times
+from traffic.mix import MixConfig, mean_length, mixed_requests, routing_mix, slo_window_s
+from traffic.records import RequestRecord, read_jsonl, write_jsonl
+from traffic.report import machine_info
+from traffic.routing_results import (
     FULL_FRACTIONS,
     QUICK_FRACTIONS,
     STEADY_FROM,
@@ -64,9 +66,7 @@ from bench.routing_results import (
     steady_attainment,
     sweep_point,
 )
-from bench.workload import RequestSpec
-from router.config import RouterConfig, SLOTier
-from sim.scenario import SCENARIOS
+from traffic.workload import RequestSpec
 
 POLICIES = ("slo", "round_robin", "least_loaded", "length_threshold", "largest")
 BASE_APP = "llm"  # the app that holds the engines (and its own, idle, ingress)
@@ -374,7 +374,7 @@ def run(args: argparse.Namespace) -> int:
         base_args = fixed_replicas(base_args)
     router = RouterConfig.model_validate({**base_args.get("router", {}), **args.router})
     mix = routing_mix(interactive_share=args.interactive_share, long_tier=args.long_tier, seed=args.seed)
-    # The default limit never cuts a request before its SLO window ends (bench.mix.slo_window_s).
+    # The default limit never cuts a request before its SLO window ends (traffic.mix.slo_window_s).
     args.request_timeout_s = args.request_timeout_s or max(8.0 if args.quick else 30.0, slo_window_s(mix, router.tiers))
     target = SweepTarget(base_args["model_name"], mix, dict(router.tiers), args.request_timeout_s)
     command = shlex.join(["python", "-m", "bench", *getattr(args, "argv", sys.argv[1:])])

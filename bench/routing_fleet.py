@@ -33,13 +33,13 @@ from bench.fleet import app_args, fleet_scenario, scenario_requests
 from bench.load import drive
 from bench.loadgen import LoadConfig
 from bench.policy_apps import engine_limits, policy_args, policy_ingress
-from bench.records import RequestRecord, write_jsonl
-from bench.report import machine_info
-from bench.routing_results import STEADY_FROM, Bar, SweepPoint, bar, bar_verdict, sweep_point
-from bench.summary import Summary
 from router.config import Policy, RouterConfig
 from sim.capacity import CapacityEstimate, estimate_capacity
 from sim.scenario import SCENARIOS, Scenario, simulate
+from traffic.records import RequestRecord, write_jsonl
+from traffic.report import machine_info
+from traffic.routing_results import STEADY_FROM, Bar, SweepPoint, bar, bar_verdict, sweep_point
+from traffic.summary import Summary
 
 BASE_APP = "fleet"
 DEFAULT_FRACTIONS = (0.5, 1.0)

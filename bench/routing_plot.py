@@ -1,6 +1,6 @@
 """The routing sweep's figure: SLO attainment and goodput against offered rate, one line per policy.
 
-Built with matplotlib's object API (``Figure`` + its own Agg canvas), never pyplot, like ``bench.plots``.
+Built with matplotlib's object API (``Figure`` + its own Agg canvas), never pyplot, like ``traffic.plots``.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from bench.routing_results import SweepPoint
+from traffic.routing_results import SweepPoint
 
 
 def sweep_plot(points: Sequence[SweepPoint], path: str | Path) -> Path:

@@ -43,11 +43,11 @@ from bench.client import MonotonicClock, TargetConfig, send_request
 from bench.loadgen import LoadConfig, run_load
 from bench.local_serve import local_serve
 from bench.process_cpu import role_of
-from bench.records import RequestRecord, write_jsonl
 from bench.replicas import variants_url
-from bench.report import machine_info
-from bench.summary import NO_STATUS
-from bench.workload import LengthDist, NormalLength, RequestSpec, UniformLength, WorkloadConfig, build_requests
+from traffic.records import RequestRecord, write_jsonl
+from traffic.report import machine_info
+from traffic.summary import NO_STATUS
+from traffic.workload import LengthDist, NormalLength, RequestSpec, UniformLength, WorkloadConfig, build_requests
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = REPO / "serve_config.yaml"

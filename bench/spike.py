@@ -34,18 +34,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import plots
-from bench.arrivals import SpikeShape, arrival_times
 from bench.client import MonotonicClock, TargetConfig
 from bench.loadgen import LoadConfig, run_load
 from bench.local_serve import local_serve
-from bench.records import RequestRecord, read_jsonl, write_jsonl
 from bench.replicas import ReplicaSample, ReplicaStart, read_samples, replica_starts, write_samples
-from bench.report import machine_info
 from bench.spike_fleet import DURATIONS_S, MODEL, MODES, SHAPES, Mode, SpikeFleet, app_args, fleet_for
 from bench.spike_report import ModeReport, in_windows, mode_report, sim_gap, table
-from bench.workload import build_requests
 from sim.replica_starts import MeasuredStart, StartFit, fit_process_starts
+from traffic import plots
+from traffic.arrivals import SpikeShape, arrival_times
+from traffic.records import RequestRecord, read_jsonl, write_jsonl
+from traffic.report import machine_info
+from traffic.workload import build_requests
 
 APP = "spike"
 POLL_S = 0.5

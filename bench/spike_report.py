@@ -11,10 +11,10 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from bench.arrivals import Window
-from bench.records import RequestRecord
 from bench.replicas import ReplicaSample
 from bench.spike_fleet import SpikeFleet
+from traffic.arrivals import Window
+from traffic.records import RequestRecord
 
 Source = Literal["serve", "sim"]
 

@@ -1,7 +1,7 @@
 """``python -m sim sweep``: the routing bench's quick sweep on a simulated fleet, and the issue's bar.
 
 The bench (``python -m bench routing --quick``) runs every policy at fractions 0.5 and 1.0 of the natural
-split's calibrated capacity and judges the SLO policy at the top rate (``bench.routing_results.bar``). Here the
+split's calibrated capacity and judges the SLO policy at the top rate (``traffic.routing_results.bar``). Here the
 capacity comes from the engine models (:mod:`sim.capacity`) before any policy runs, so the top rate cannot be
 chosen to flatter one; each rate is one ``run_matrix`` of every policy on identical traffic, on static pools
 (the capacity assumes every pool fully provisioned).
@@ -106,7 +106,7 @@ def sweep(
 
 
 def judge(runs: Sequence[SweepRun], policy: str = "slo") -> Bar | None:
-    """``bench.routing_results.bar`` on the runs: ``policy`` at the top rate against every other policy there.
+    """``traffic.routing_results.bar`` on the runs: ``policy`` at the top rate against every other policy there.
 
     ``bar`` reads a point's policy, rate and summary only; the bench's other per-point figures (route reasons,
     shares) come from records, which a sweep does not keep, and stay empty.
@@ -129,7 +129,7 @@ def judge(runs: Sequence[SweepRun], policy: str = "slo") -> Bar | None:
 
 
 def bar_line(b: Bar | None) -> str:
-    """The bar in the bench report's words (``bench.routing_results.bar_verdict``)."""
+    """The bar in the bench report's words (``traffic.routing_results.bar_verdict``)."""
     return f"**Bar:** {bar_verdict(b, bold=False)}"
 
 

@@ -34,7 +34,7 @@ class Stream(BaseModel):
 
 
 def _pick_tier(workload: WorkloadConfig, rng: random.Random) -> str | None:
-    # The same draw as bench.workload's tier pick, so both see the same tiers for a seed.
+    # The same draw as traffic.workload's tier pick, so both see the same tiers for a seed.
     if not workload.tiers:
         return None
     return rng.choices([t.name for t in workload.tiers], weights=[t.weight for t in workload.tiers])[0]

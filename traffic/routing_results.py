@@ -45,7 +45,7 @@ class SweepPoint(BaseModel):
     prediction: dict[str, PredictionAccuracy] = Field(
         default_factory=dict,
         description="Per variant: measured / predicted TTFT and TPOT of the requests it served, from the "
-        "router's x-route-predicted-* headers (bench.prediction).",
+        "router's x-route-predicted-* headers (traffic.prediction).",
     )
     steady_attainment: float | None = Field(
         None,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from bench.records import read_jsonl
+from traffic.records import read_jsonl
 
 
 def _q(values: list[float], p: float) -> int | None:

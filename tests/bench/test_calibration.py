@@ -3,7 +3,7 @@ import dataclasses
 import pytest
 
 from bench.calibration import BesideLong, ProbePlan, fit_profile, mix_capacity, probe_specs
-from bench.records import RequestRecord
+from traffic.records import RequestRecord
 
 
 def probe(prompt_tokens, ttft_s, tpot_s, e2e_s=1.0, **kw):

@@ -4,8 +4,8 @@ import httpx
 import pytest
 
 from bench.client import MonotonicClock, TargetConfig, _float_header, is_loopback, send_request, server_timing
-from bench.workload import RequestSpec, Slo
 from tests.bench.fake_openai import FIRST_DELAY_S, GAP_S, ManualClock, clocked_transport
+from traffic.workload import RequestSpec, Slo
 
 
 def spec(max_tokens=11, prompt=None, slo=None, cancel_after_chunks=None):

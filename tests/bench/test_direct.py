@@ -2,10 +2,10 @@ import pytest
 
 from bench.direct import run_direct
 from bench.prompt_pairs import prompt_pairs, request_specs
-from bench.summary import summarize
 from engines.config import HFEngineConfig
 from engines.hf import HFEngine
 from engines.protocol import SamplingParams
+from traffic.summary import summarize
 
 
 @pytest.fixture(scope="module")

@@ -4,8 +4,8 @@ from pathlib import Path
 
 from bench import engine_server
 from bench.engine_server import EngineServerSettings, generation_config_json, serve_command
-from bench.workload import RequestSpec, Slo
 from engines.protocol import SamplingParams
+from traffic.workload import RequestSpec, Slo
 
 SETTINGS = EngineServerSettings(
     model_dir="/models/m", device="cpu", dtype="float32", page_size=16, num_blocks=64, max_batch_tokens=256, port=1234

@@ -5,8 +5,8 @@ import json
 import pytest
 
 from bench.__main__ import main
-from bench.records import read_jsonl
 from bench.replicas import read_samples
+from traffic.records import read_jsonl
 
 FAST = '{"first_delay_s": 0.02, "gap_s": 0.01}'
 OUTPUTS = [

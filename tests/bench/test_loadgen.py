@@ -5,12 +5,12 @@ import itertools
 import httpx
 import pytest
 
-from bench import arrivals
 from bench.client import TargetConfig
 from bench.loadgen import LoadConfig, run_load
-from bench.records import RequestRecord
-from bench.workload import FixedLength, WorkloadConfig, build_requests
 from tests.bench.fake_openai import FIRST_DELAY_S, GAP_S, ManualClock, clocked_transport
+from traffic import arrivals
+from traffic.records import RequestRecord
+from traffic.workload import FixedLength, WorkloadConfig, build_requests
 
 WORKLOAD = WorkloadConfig(input_len=FixedLength(value=4), output_len=FixedLength(value=11))
 

@@ -13,8 +13,8 @@ from bench.overhead_results import (
     with_ratios,
     write_report,
 )
-from bench.records import RequestRecord
-from bench.summary import summarize
+from traffic.records import RequestRecord
+from traffic.summary import summarize
 
 
 def level(c: int, tokens_per_s: float, errors: int = 0) -> LevelResult:

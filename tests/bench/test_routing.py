@@ -4,8 +4,6 @@ import pytest
 
 from bench.calibration import VariantCalibration
 from bench.loadgen import LoadConfig
-from bench.mix import mixed_requests, routing_mix
-from bench.records import write_jsonl
 from bench.routing import (
     FULL_FRACTIONS,
     QUICK_FRACTIONS,
@@ -20,11 +18,13 @@ from bench.routing import (
     send_specs,
     sweep_rates,
 )
-from bench.routing_results import bar
 from router.config import LatencyProfile, RouterConfig
 from serve_app.config import load_app_config
 from tests.conftest import REPO
 from tests.traffic.test_routing_results import point, record
+from traffic.mix import mixed_requests, routing_mix
+from traffic.records import write_jsonl
+from traffic.routing_results import bar
 
 ARGS = app_args_from_file(REPO / "serve_config.yaml")
 

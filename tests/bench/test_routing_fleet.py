@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from bench.records import RequestRecord
 from bench.routing_fleet import FleetPoint, comparison_table, sim_gaps
-from bench.routing_results import sweep_point
+from traffic.records import RequestRecord
+from traffic.routing_results import sweep_point
 
 
 def _records(met: int, missed: int, variant: str = "fast") -> list[RequestRecord]:

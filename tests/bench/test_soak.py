@@ -10,7 +10,6 @@ import time
 import httpx
 import pytest
 
-from bench.records import RequestRecord
 from bench.soak import (
     MISSING_DONE,
     EngineState,
@@ -31,7 +30,8 @@ from bench.soak import (
     split_concurrency,
     with_cancellations,
 )
-from bench.workload import FixedLength, UniformLength, WorkloadConfig, build_requests
+from traffic.records import RequestRecord
+from traffic.workload import FixedLength, UniformLength, WorkloadConfig, build_requests
 
 
 def _specs(n: int, max_tokens: int = 40):

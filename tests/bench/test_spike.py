@@ -6,7 +6,6 @@ import importlib
 
 import pytest
 
-from bench.records import RequestRecord
 from bench.replicas import ReplicaSample, ReplicaStart, parse_replica_starts
 from bench.spike import (
     cluster_cpus,
@@ -19,6 +18,7 @@ from bench.spike import (
 from bench.spike_fleet import FLEET, MODES, SHAPES, app_args
 from bench.spike_report import mode_report, replica_seconds, sim_gap, stream_cut
 from serve_app.config import load_app_config
+from traffic.records import RequestRecord
 
 SMALL, BIG = (v.name for v in FLEET.variants)
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from bench.workload import Slo
 from engines.profile import EngineProfile
 from router import SLO, RequestFeatures, RouterConfig
 from sim.request import SimRequest
+from traffic.workload import Slo
 
 
 def profile(**overrides) -> EngineProfile:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from bench.summary import summarize
 from sim.calibrate import calibrate, compare, relative_error
 from tests.sim.helpers import profile, simulated_run
+from traffic.summary import summarize
 
 
 def test_relative_error_is_signed_and_undefined_without_both_values():

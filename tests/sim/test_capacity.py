@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.arrivals import PoissonArrivals, SpikeArrivals
 from bench.calibration import mix_capacity
-from bench.mix import mean_length
-from bench.workload import FixedLength, NormalLength, WorkloadConfig
 from router import LatencyModel, RequestFeatures, RouterConfig, VariantView
 from router.baselines import length_threshold
 from router.types import RouterState
@@ -23,6 +20,9 @@ from sim.scenario import SCENARIOS, PoolSpec, Scenario, two_variant_scenario
 from sim.simulator import Simulation
 from sim.workload import Stream
 from tests.sim.helpers import profile
+from traffic.arrivals import PoissonArrivals, SpikeArrivals
+from traffic.mix import mean_length
+from traffic.workload import FixedLength, NormalLength, WorkloadConfig
 
 
 def _view(pool: PoolSpec) -> VariantView:

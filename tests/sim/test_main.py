@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
-from bench.records import write_jsonl
-from bench.summary import Summary
 from sim.__main__ import main
 from sim.scenario import builtin_scenario, simulate
+from traffic.records import write_jsonl
+from traffic.summary import Summary
 
 
 def test_a_short_builtin_run_reports_every_policy_and_scaling_mode(tmp_path, capsys):

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from bench.arrivals import ConstantArrivals, PoissonArrivals, SpikeArrivals
-from bench.records import RequestRecord
-from bench.summary import Summary, summarize
-from bench.workload import FixedLength, SloTier, WorkloadConfig
 from router import RouterConfig, SLOTier
 from serve_app.config import AutoscalingSpec
 from sim.seed import router_seed
 from sim.simulator import Simulation, SimVariant
 from sim.workload import Stream, sim_requests
 from tests.sim.helpers import profile
+from traffic.arrivals import ConstantArrivals, PoissonArrivals, SpikeArrivals
+from traffic.records import RequestRecord
+from traffic.summary import Summary, summarize
+from traffic.workload import FixedLength, SloTier, WorkloadConfig
 
 ROUTER = RouterConfig(
     tiers={"fast": SLOTier(ttft_ms=200.0, tpot_ms=30.0)},

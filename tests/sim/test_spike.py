@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from bench.arrivals import SpikeArrivals
 from bench.spike_fleet import FLEET
 from bench.spike_report import mode_report
 from sim.spike import sim_variants, simulate_spike
+from traffic.arrivals import SpikeArrivals
 
 STEP = SpikeArrivals(base_rate=1.0, spike_rate=10.0, start_s=10.0, duration_s=30.0)
 

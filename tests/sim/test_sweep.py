@@ -6,15 +6,15 @@ import json
 
 import pytest
 
-from bench.arrivals import PoissonArrivals
-from bench.summary import summarize
-from bench.workload import FixedLength, WorkloadConfig
 from router.config import Policy
 from sim.__main__ import build_parser, main
 from sim.scenario import SCENARIOS, PoolSpec, RunResult, Scenario
 from sim.sweep import SimSweep, SweepRun, bar_line, judge, reseeded, seeds_verdict
 from sim.workload import Stream
 from tests.sim.helpers import profile
+from traffic.arrivals import PoissonArrivals
+from traffic.summary import summarize
+from traffic.workload import FixedLength, WorkloadConfig
 
 
 def test_the_sweep_command_parses():

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import itertools
 
-from bench.arrivals import ConstantArrivals, PoissonArrivals, arrival_times
-from bench.records import RequestRecord
-from bench.workload import NormalLength, SloTier, UniformLength, WorkloadConfig, build_requests
 from router import RouterConfig
 from sim.workload import Stream, record_requests, sim_requests, stream_requests
+from traffic.arrivals import ConstantArrivals, PoissonArrivals, arrival_times
+from traffic.records import RequestRecord
+from traffic.workload import NormalLength, SloTier, UniformLength, WorkloadConfig, build_requests
 
 WORKLOAD = WorkloadConfig(
     input_len=NormalLength(mean=300, std=100),

@@ -1,4 +1,4 @@
-"""The router's predictions against the outcomes (bench/prediction.py), on hand-built records."""
+"""The router's predictions against the outcomes (traffic/prediction.py), on hand-built records."""
 
 from __future__ import annotations
 
