@@ -218,6 +218,7 @@ class InflightBook:
             context_tokens=pred.context_tokens,
             predicted_ms=pred.tpot_ms,
             censored=not ok,
+            prompt_tokens=ticket.prompt_tokens,
         )
 
     def _observe_ttft(self, ticket: RouteTicket, now: float, *, censored: bool) -> None:

@@ -208,7 +208,18 @@ class _UpperQuantile:
     Until it has seen errors the estimate knows nothing (it starts at 0 and climbs by ``step * level`` a
     time, ~50 errors to reach a margin of 1), so :attr:`value` blends it with a ``prior`` margin, worth
     ``prior_weight`` errors: a fresh model is not trusted as if it had been checked many times.
+
+    Over its first ``sample_size`` errors the value is also at least the largest of them but one (one more per
+    ``1 / (1 - level)`` errors): the climb alone lets a class of request that is badly mispredicted keep a
+    margin near the prior for dozens of requests (on the quick bench a long prompt's TTFT ran 2-3x its
+    prediction from the second one on while the margin sat at 0.5, and the variant kept taking interactive
+    chat beside them). Two errors that far above, not one: a single stall must not widen it. At
+    ``sample_size`` errors the estimate starts from the sample's ``level`` quantile, if above the climb.
     """
+
+    __slots__ = ("count", "estimate", "level", "prior", "prior_weight", "sample", "step", "upper", "value")
+
+    sample_size = 64
 
     def __init__(
         self, level: float, step: float = 0.02, upper: float = 3.0, prior: float = 0.0, prior_weight: float = 0.0
@@ -221,6 +232,7 @@ class _UpperQuantile:
         self.estimate = 0.0
         self.count = 0
         self.value = prior if prior_weight > 0 else 0.0
+        self.sample: list[float] | None = []  # the first errors, sorted; None once sample_size have been seen
 
     def add(self, relative_error: float) -> None:
         if relative_error > self.estimate:
@@ -229,7 +241,50 @@ class _UpperQuantile:
             self.estimate = max(0.0, self.estimate - self.step * (1.0 - self.level))
         self.count += 1
         weight = self.prior_weight
-        self.value = (self.count * self.estimate + weight * self.prior) / (self.count + weight)
+        blended = (self.count * self.estimate + weight * self.prior) / (self.count + weight)
+        sample = self.sample
+        if sample is not None:
+            _insort(sample, min(self.upper, max(0.0, relative_error)))
+            bound = small_sample_bound(sample, self.level)
+            if len(sample) >= self.sample_size:
+                self.estimate = max(self.estimate, sample[min(len(sample) - 1, int(self.level * len(sample)))])
+                self.sample = None
+            if bound > blended:
+                blended = bound
+        self.value = blended
+
+
+def small_sample_bound(ordered: Sequence[float], level: float) -> float:
+    """What a few errors ``ordered`` (ascending) show of their ``level`` quantile at the least: the largest but
+    one, and one further down per ``1 / (1 - level)`` of them (0 with fewer than two)."""
+    rank = 2 + int((1.0 - level) * len(ordered))
+    return ordered[-rank] if len(ordered) >= rank else 0.0
+
+
+def _insort(ordered: list[float], value: float) -> None:
+    i = len(ordered)
+    while i > 0 and ordered[i - 1] > value:
+        i -= 1
+    ordered.insert(i, value)
+
+
+# Error margins are kept per class of prompt length: a variant's errors on short chat say little about its
+# errors on a 2k-token prompt (other terms dominate the prediction, and the engine's prefill meets contention the
+# short ones never see), and a class it has seen few of keeps the cold-start margin. Boundaries in prompt tokens.
+MARGIN_CLASS_BOUNDS = (256, 1024, 4096, 16384)
+
+
+def margin_class(prompt_tokens: float) -> int:
+    """The index of the error-margin class of a ``prompt_tokens`` prompt (see MARGIN_CLASS_BOUNDS)."""
+    if prompt_tokens < 256:
+        return 0
+    if prompt_tokens < 1024:
+        return 1
+    if prompt_tokens < 4096:
+        return 2
+    if prompt_tokens < 16384:
+        return 3
+    return 4
 
 
 # Prefill may use at most this share of a replica's time in the TPOT prediction: beyond it the replica
@@ -323,8 +378,14 @@ class LatencyModel:
             clip=clip,
         )
         self.observations = 0
-        self._ttft_error = _UpperQuantile(error_quantile, prior=prior_margin, prior_weight=prior_margin_weight)
-        self._tpot_error = _UpperQuantile(error_quantile, prior=prior_margin, prior_weight=prior_margin_weight)
+        # One margin per class of prompt length (margin_class), per measure.
+        classes = range(len(MARGIN_CLASS_BOUNDS) + 1)
+        self._ttft_errors = [
+            _UpperQuantile(error_quantile, prior=prior_margin, prior_weight=prior_margin_weight) for _ in classes
+        ]
+        self._tpot_errors = [
+            _UpperQuantile(error_quantile, prior=prior_margin, prior_weight=prior_margin_weight) for _ in classes
+        ]
         self._refresh()
 
     def _refresh(self) -> None:
@@ -356,13 +417,22 @@ class LatencyModel:
 
     @property
     def ttft_margin(self) -> float:
-        """How far above its TTFT predictions the outcomes go, as a fraction, at the tracked quantile."""
-        return self._ttft_error.value
+        """How far above its TTFT predictions the outcomes go, as a fraction, at the tracked quantile: of the class of
+        prompt length with the most observations (for reports; the policy reads :meth:`ttft_margin_for`)."""
+        return max(self._ttft_errors, key=lambda e: e.count).value
 
     @property
     def tpot_margin(self) -> float:
         """The same for TPOT."""
-        return self._tpot_error.value
+        return max(self._tpot_errors, key=lambda e: e.count).value
+
+    def ttft_margin_for(self, prompt_tokens: float) -> float:
+        """The TTFT margin of a ``prompt_tokens`` prompt's class of prompt length."""
+        return self._ttft_errors[margin_class(prompt_tokens)].value
+
+    def tpot_margin_for(self, prompt_tokens: float) -> float:
+        """The TPOT margin of a ``prompt_tokens`` prompt's class of prompt length."""
+        return self._tpot_errors[margin_class(prompt_tokens)].value
 
     # ------------------------------------------------------------------ predictions
 
@@ -377,10 +447,13 @@ class LatencyModel:
         share = min(_MAX_PREFILL_SHARE, ms_per_prefill_token * max(prefill_tokens_per_s, 0.0) / 1000.0)
         return decode_ms / (1.0 - share)
 
-    def predict_load_tpot_ms(self, load: Load, batch_size: float | None = None, prompt_tokens: float = 0.0) -> float:
+    def predict_load_tpot_ms(
+        self, load: Load, batch_size: float | None = None, prompt_tokens: float = 0.0, *, margin_of: float | None = None
+    ) -> float:
         """TPOT in a batch of ``batch_size`` (None: the batch a new request joins) under ``load``, joined by a
         ``prompt_tokens`` prompt (its context adds to the batch's): the model's prediction, lifted where the
-        replica's sequences measured a slower pace lately.
+        replica's sequences measured a slower pace lately. ``margin_of``: the prompt length whose class's error
+        margin the floor uses (None: ``prompt_tokens``).
 
         The measured pace (carried over to this batch by the model's own batch slope) holds what the model
         has no term for or has not learned yet, such as a long prompts' prefill slowing decode for longer than
@@ -397,7 +470,8 @@ class LatencyModel:
         # The pace was measured in the batch as it is, before the new prompt joins it.
         at_measured_batch = self.predict_tpot_ms(max(load.measured_batch, 1.0), rate, load.context_tokens)
         measured = load.measured_tpot_ms * modelled / at_measured_batch
-        return max(modelled, measured / (1.0 + self.tpot_margin))
+        margin = self.tpot_margin_for(prompt_tokens if margin_of is None else margin_of)
+        return max(modelled, measured / (1.0 + margin))
 
     def predict_request(self, prompt_tokens: int, load: Load) -> tuple[float, float]:
         """``(predict_ttft_ms(prompt_tokens, load), predict_load_tpot_ms(load, None, prompt_tokens))``, the same
@@ -432,7 +506,7 @@ class LatencyModel:
         if measured_tpot_ms > 0.0:
             measured_batch = load.measured_batch if load.measured_batch > 1.0 else 1.0
             at_measured = (at_batch_1 + per_extra_seq * (measured_batch - 1.0) + per_context_token * context) / free
-            lift = 1.0 + self._tpot_error.value
+            lift = 1.0 + self._tpot_errors[margin_class(prompt_tokens)].value
             measured = measured_tpot_ms * tpot / at_measured / lift
             tpot = measured if measured > tpot else tpot
         slot_wait = 0.0
@@ -458,7 +532,7 @@ class LatencyModel:
         """Milliseconds from dispatch to the first token of a ``prompt_tokens`` prompt under ``load``."""
         base, ms_per_token, mean_output_tokens, steps = self._ttft.weights
         running = max(load.running, 1.0)
-        tpot = self.predict_load_tpot_ms(load, running)
+        tpot = self.predict_load_tpot_ms(load, running, margin_of=prompt_tokens)
         # A slot frees when a running sequence finishes: its remaining decode work, where the ingress knows
         # it (its own requests' max_tokens less their progress), else the learned mean answer length.
         tokens_left = None if load.decode_tokens_left is None else max(load.decode_tokens_left, 1.0)
@@ -509,7 +583,7 @@ class LatencyModel:
         )
         if self._learn(self._ttft, x, ttft_ms, censored):
             self.observations += 1
-        _track(self._ttft_error, ttft_ms, predicted_ms, censored)
+        _track(self._ttft_errors[margin_class(prompt_tokens)], ttft_ms, predicted_ms, censored)
 
     def observe_tpot(
         self,
@@ -520,12 +594,14 @@ class LatencyModel:
         context_tokens: float = 0.0,
         predicted_ms: float | None = None,
         censored: bool = False,
+        prompt_tokens: float = 0.0,
     ) -> None:
         """Learns from one request's mean time per output token, measured over its decode.
 
         ``prefill_tokens_per_step``: prompt tokens the replica received per decode step of this request
         (what its steps shared with prefill). ``context_tokens``: the KV tokens of the batch it was predicted
         to decode in, its own prompt included. ``censored``: the stream broke off, ``tpot_ms`` is a bound.
+        ``prompt_tokens``: the request's own prompt, whose class of length keeps the error margin it trains.
         """
         if tpot_ms <= 0:
             return
@@ -533,7 +609,7 @@ class LatencyModel:
         if self._context_term:
             x += (max(context_tokens, 0.0),)
         self._learn(self._tpot, x, tpot_ms, censored)
-        _track(self._tpot_error, tpot_ms, predicted_ms, censored)
+        _track(self._tpot_errors[margin_class(prompt_tokens)], tpot_ms, predicted_ms, censored)
 
     def observe(
         self,
@@ -557,7 +633,11 @@ class LatencyModel:
         """
         if tpot_ms is not None and tpot_ms > 0:
             self.observe_tpot(
-                tpot_ms, batch_size, prefill_tokens_per_step=prefill_tokens_per_step, context_tokens=context_tokens
+                tpot_ms,
+                batch_size,
+                prefill_tokens_per_step=prefill_tokens_per_step,
+                context_tokens=context_tokens,
+                prompt_tokens=prompt_tokens,
             )
         self.observe_ttft(
             prompt_tokens,

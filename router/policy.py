@@ -23,8 +23,9 @@ How ``slo`` judges, and why:
 * **Conservatively.** A variant meets the SLO only if its prediction *inflated by its own error margin*
   does: ``predicted * (1 + error_margin_scale * margin)`` (scale 1.5 by default), where ``margin`` is the
   upper quantile (0.97 by default) of how far outcomes exceeded that variant's decision-time
-  predictions, learned online (``LatencyModel.ttft_margin`` / ``tpot_margin``). Missing an SLO costs
-  the whole request while an unneeded spill to a smaller variant costs a little quality, so the
+  predictions, learned online per class of prompt length (``LatencyModel.ttft_margin_for`` /
+  ``tpot_margin_for``). Missing an SLO costs the whole request while an unneeded spill to a smaller variant
+  costs a little quality, so the
   decision hedges against the errors the model actually makes (load arriving after the decision,
   stale reports), and by as much as they are, per variant: a well-predicted variant keeps a small
   margin, an erratic one a large one. ``slo_headroom`` stays as a fixed margin on top, for a model
@@ -52,7 +53,7 @@ from collections.abc import Mapping, Sequence
 
 from router.baselines import BASELINES
 from router.config import RouterConfig
-from router.latency import _MAX_PREFILL_SHARE, LatencyModel, Load
+from router.latency import _MAX_PREFILL_SHARE, LatencyModel, Load, margin_class
 from router.load import queue_bound, replica_load, serving_replicas
 from router.reservation import crowded_out, record_exclusive, reserve_room
 from router.shedding import is_hopeless
@@ -161,6 +162,7 @@ class _Judge:
     figure read once (tests/router/test_route_equivalence.py holds it to the long forms)."""
 
     __slots__ = (
+        "margin_class",
         "margin_scale",
         "prompt_tokens",
         "ratio",
@@ -176,6 +178,9 @@ class _Judge:
         scale = 1.0 - config.slo_headroom
         self.prompt_tokens = request.prompt_tokens
         self.margin_scale = config.error_margin_scale
+        # Each variant's margins for this prompt's class of length (LatencyModel.ttft_margin_for): the same for
+        # every candidate, so found once.
+        self.margin_class = margin_class(request.prompt_tokens)
         # The part of the client's TTFT that no latency model sees (RouterConfig.ttft_path_ms) comes off the target.
         self.ttft_target = None if slo.ttft_ms is None else ttft_budget(slo.ttft_ms, config.ttft_path_ms)
         self.ttft_limit = None if self.ttft_target is None else self.ttft_target * scale
@@ -211,7 +216,8 @@ class _Judge:
         context_ms = per_context_token * (context + prompt_tokens)
         tpot = (at_batch_1 + batch_ms + context_ms) / free
         measured_tpot_ms = load.measured_tpot_ms
-        tpot_margin = model._tpot_error.value
+        margin_class = self.margin_class
+        tpot_margin = model._tpot_errors[margin_class].value
         if measured_tpot_ms > 0.0:
             measured_batch = load.measured_batch if load.measured_batch > 1.0 else 1.0
             at_measured = (at_batch_1 + per_extra_seq * (measured_batch - 1.0) + per_context_token * context) / free
@@ -253,7 +259,7 @@ class _Judge:
         )
 
         margin_scale = self.margin_scale
-        ttft_upper = ttft * (1.0 + margin_scale * model._ttft_error.value)
+        ttft_upper = ttft * (1.0 + margin_scale * model._ttft_errors[margin_class].value)
         tpot_upper = tpot * (1.0 + margin_scale * tpot_margin)
         violation = 0.0
         slack = 1.0

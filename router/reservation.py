@@ -159,11 +159,13 @@ def _room(
     target less ``ttft_path_ms``, the part of it no latency model sees (RouterConfig.ttft_path_ms)."""
     model = view.latency
     room = 1.0
-    ttft_lift = 1.0 + error_margin_scale * model.ttft_margin
-    tpot_lift = 1.0 + error_margin_scale * model.tpot_margin
     for (ttft_target, tpot_target), kind in kinds:
-        # Both from one pass (LatencyModel.predict_request), at the kind's mean prompt rounded to a token.
-        ttft, tpot = model.predict_request(round(kind.prompt_tokens), load)
+        # Both from one pass (LatencyModel.predict_request), at the kind's mean prompt rounded to a token, judged
+        # with the margins of that prompt's class of length (a variant unsure of long prompts keeps more room).
+        prompt_tokens = round(kind.prompt_tokens)
+        ttft, tpot = model.predict_request(prompt_tokens, load)
+        ttft_lift = 1.0 + error_margin_scale * model.ttft_margin_for(prompt_tokens)
+        tpot_lift = 1.0 + error_margin_scale * model.tpot_margin_for(prompt_tokens)
         # Conditionals rather than min calls (the same result: min keeps the first of equals).
         if ttft_target is not None:
             # ttft_budget only where there is a path to take off: a call per kind is not free here.

@@ -144,8 +144,8 @@ def predict(request: RequestFeatures, view: VariantView, load: Load, config: Rou
     model = view.latency
     ttft, tpot = _predict_request(view, request.prompt_tokens, load)
     batch = load.batch_when_running
-    ttft_upper = ttft * (1.0 + config.error_margin_scale * model.ttft_margin)
-    tpot_upper = tpot * (1.0 + config.error_margin_scale * model.tpot_margin)
+    ttft_upper = ttft * (1.0 + config.error_margin_scale * model.ttft_margin_for(request.prompt_tokens))
+    tpot_upper = tpot * (1.0 + config.error_margin_scale * model.tpot_margin_for(request.prompt_tokens))
     # Targets shrink by the headroom, so a prediction that is a little optimistic still lands inside.
     scale = 1.0 - config.slo_headroom
     violation = 0.0
@@ -469,11 +469,11 @@ def _room(
     under ``load``, on predictions inflated by ``error_margin_scale`` times the learned margins."""
     model = view.latency
     room = 1.0
-    ttft_lift = 1.0 + error_margin_scale * model.ttft_margin
-    tpot_lift = 1.0 + error_margin_scale * model.tpot_margin
     for (ttft_target, tpot_target), kind in kinds:
         # Both from one pass (LatencyModel.predict_request), at the kind's mean prompt rounded to a token.
         ttft, tpot = _predict_request(view, round(kind.prompt_tokens), load)
+        ttft_lift = 1.0 + error_margin_scale * model.ttft_margin_for(round(kind.prompt_tokens))
+        tpot_lift = 1.0 + error_margin_scale * model.tpot_margin_for(round(kind.prompt_tokens))
         if ttft_target is not None:
             room = min(room, 1.0 - ttft * ttft_lift / ttft_target)
         if tpot_target is not None:

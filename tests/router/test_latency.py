@@ -262,7 +262,8 @@ def test_the_pace_the_engine_measured_is_a_floor_under_the_tpot_prediction():
     assert model.predict_load_tpot_ms(slow) == pytest.approx(138.0 * 48.0 / 46.0)  # the new request joins: 5
     assert model.predict_load_tpot_ms(slow, 4.0) == pytest.approx(138.0)
     # The floor is on the prediction inflated by the error margin: the mean is lifted to measured / (1 + margin).
-    model._tpot_error.value = 0.5
+    for error in model._tpot_errors:
+        error.value = 0.5
     assert model.predict_load_tpot_ms(slow, 4.0) == pytest.approx(92.0)
     # Measured faster than the model: the model stands (it learns from outcomes, the floor only lifts).
     assert model.predict_load_tpot_ms(load(running=4.0, measured_tpot_ms=20.0, measured_batch=4.0)) == pytest.approx(

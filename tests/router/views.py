@@ -58,6 +58,8 @@ def saturated(**overrides: Any) -> dict[str, Any]:
 def with_error_margins(view: VariantView, *, ttft: float = 0.0, tpot: float = 0.0) -> VariantView:
     """``view`` whose latency model has learned these error margins (as if outcomes had run that far above
     its predictions), so its conservative predictions differ from its mean ones by a known factor."""
-    view.latency._ttft_error.value = ttft
-    view.latency._tpot_error.value = tpot
+    for error in view.latency._ttft_errors:  # every class of prompt length
+        error.value = ttft
+    for error in view.latency._tpot_errors:
+        error.value = tpot
     return view
