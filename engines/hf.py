@@ -23,7 +23,7 @@ from typing import Any
 from core.errors import EngineConfigError, EngineDeadError, OverloadedError
 from engines.coalesce import coalesce
 from engines.config import HFEngineConfig
-from engines.output_text import OutputText, stop_token_ids
+from engines.output import OutputStream, stop_token_ids
 from engines.protocol import (
     FINISH_ABORT,
     Delta,
@@ -289,12 +289,10 @@ class HFEngine(Engine):
         self._admit(request)
         s = request.sampling
         manager = self._manager
-        loop = asyncio.get_running_loop()
         rid = f"{request.request_id}#{next(self._ids)}"
         outputs: asyncio.Queue[Any] = asyncio.Queue()
         stop_ids = stop_token_ids(s, self._eos_ids)
-        output = OutputText(self.tokenizer, s, stop_ids)
-        prompt_tokens = len(request.prompt_token_ids)
+        output = OutputStream(request, self._rate, tokenizer=self.tokenizer, stop_ids=stop_ids)
 
         manager.register_result_handler(rid, outputs.put_nowait)
         self._live.add(rid)
@@ -311,8 +309,6 @@ class HFEngine(Engine):
             if added is None:  # the manager logs and drops requests while it is stopping
                 raise OverloadedError("The engine is not accepting requests right now.", retry_after_s=2.0)
             seen = 0
-            first_token_time: float | None = None
-            last_token_at: float | None = None  # monotonic, for the engine's decode pace
             while True:
                 out = await outputs.get()
                 while True:  # every output carries all ids so far: when several piled up, the last one will do
@@ -325,28 +321,19 @@ class HFEngine(Engine):
                 if not new_ids and not out.is_finished():
                     continue
                 seen += len(new_ids)
-                if first_token_time is None and new_ids:
-                    first_token_time = time.time()
-                last_token_at = self._rate.delivered(len(new_ids), last_token_at)
-                text, finish = output.feed(
-                    new_ids, engine_finished=out.is_finished(), length_reached=seen >= s.max_tokens
-                )
-                if finish is not None:
-                    finished = out.is_finished()  # a stop string ends us before the manager does
-                yield Delta(
-                    text=text,
-                    token_ids=new_ids,
-                    finish_reason=finish,
-                    prompt_tokens=prompt_tokens,
+                delta = output.from_ids(
+                    new_ids,
                     completion_tokens=seen,
-                    first_token_time=first_token_time,
-                    arrival_time=request.arrival_time,
+                    engine_finished=out.is_finished(),
+                    length_reached=seen >= s.max_tokens,
                 )
-                if finish is not None:
+                if delta.finished:
+                    finished = out.is_finished()  # a stop string ends us before the manager does
+                yield delta
+                if delta.finished:
                     return
         finally:
             self._release(rid, finished)
-            del loop
 
     def _release(self, rid: str, finished: bool) -> None:
         """Frees everything a request holds, however it ended (finished, stopped early, cancelled, failed)."""

@@ -53,6 +53,7 @@ from core.errors import EngineConfigError, EngineDeadError, InvalidRequestError,
 from engines.checkpoint import CheckpointInfo, validate_checkpoint, visible_gpu_count
 from engines.coalesce import coalesce
 from engines.config import OpenAIServerEngineConfig, is_trtllm_serve
+from engines.output import OutputStream
 from engines.ports import free_port
 from engines.protocol import (
     FINISH_ABORT,
@@ -68,7 +69,6 @@ from engines.protocol import (
     validate_request,
 )
 from engines.rate import TokenRate
-from engines.stop_strings import StopStringMatcher
 from engines.trtllm import iteration_load, response_format
 
 logger = logging.getLogger(__name__)
@@ -425,11 +425,9 @@ class OpenAIServerEngine(Engine):
             self._open -= 1
 
     async def _deltas(self, request: GenerationRequest, response: httpx.Response) -> AsyncIterator[Delta]:
-        stops = StopStringMatcher(request.sampling.stop)
-        n_prompt = len(request.prompt_token_ids)
+        stream = OutputStream(request, self._rate)
+        asked = request.sampling.logprobs
         completion_tokens = 0
-        first_token_time: float | None = None
-        last_token_at: float | None = None  # monotonic, for the engine's decode pace
         async for event in EventSource(response).aiter_sse():
             if event.data.strip() == "[DONE]":
                 break
@@ -441,39 +439,31 @@ class OpenAIServerEngine(Engine):
             choice: dict[str, Any] = next((c for c in choices if c.get("index", 0) == 0), {})
             piece = choice.get("text") or ""
             ids = list(choice.get("token_ids") or [])
-            completion_tokens += len(ids) or (1 if piece else 0)
+            tokens = len(ids) or (1 if piece else 0)  # a chunk without ids: one token, until usage says more
+            completion_tokens += tokens
             usage = chunk.get("usage") or {}
             completion_tokens = usage.get("completion_tokens") or completion_tokens
-            if (piece or ids) and first_token_time is None:
-                first_token_time = time.time()
-            last_token_at = self._rate.delivered(len(ids) or (1 if piece else 0), last_token_at)
-            asked = request.sampling.logprobs
             logprobs = parse_logprobs(choice.get("logprobs"), asked) if asked is not None else None
-            if logprobs is None and request.sampling.logprobs is not None and (piece or ids):
+            if logprobs is None and asked is not None and (piece or ids):
                 # It accepted the field and sent none: dropping it silently is what this project refuses to do.
                 raise EngineDeadError("the engine server sent no logprobs although the request asked for them")
-            text, stopped = stops.feed(piece)
             reason = choice.get("finish_reason")
-            finish = FINISH_STOP if stopped else None
-            if finish is None and reason is not None:
-                finish = _FINISH_REASONS.get(reason, FINISH_STOP)
-                # Held text is real output when it ended for another reason; not when the server stopped at a
-                # stop string (stop_reason, trtllm-serve and vLLM): TensorRT-LLM's stop words truncate only the
-                # token ids, so that string's start was streamed before the finishing chunk.
-                if not (finish == FINISH_STOP and isinstance(choice.get("stop_reason"), str)):
-                    text += stops.flush()
-            if text or ids or logprobs or finish is not None:
-                yield Delta(
-                    text=text,
-                    token_ids=ids,
-                    finish_reason=finish,
-                    prompt_tokens=n_prompt,
-                    completion_tokens=completion_tokens,
-                    first_token_time=first_token_time,
-                    arrival_time=request.arrival_time,
-                    logprobs=logprobs,
-                )
-            if finish is not None:
+            finish = None if reason is None else _FINISH_REASONS.get(reason, FINISH_STOP)
+            delta = stream.from_text(
+                piece,
+                ids,
+                finish=finish,
+                completion_tokens=completion_tokens,
+                tokens=tokens,
+                # trtllm-serve and vLLM say stop_reason; TensorRT-LLM's stop words truncate only the token ids, so
+                # that string's start was streamed before the finishing chunk.
+                engine_stopped_at_string=finish == FINISH_STOP and isinstance(choice.get("stop_reason"), str),
+                logprobs=logprobs,
+            )
+            if delta is None:
+                continue
+            yield delta
+            if delta.finished:
                 return  # a stop string we cut ourselves: leaving closes the stream, the server aborts
         raise EngineDeadError(self._dead_reason("the engine server ended the stream before the request finished"))
 

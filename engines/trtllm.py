@@ -59,6 +59,7 @@ from core.errors import EngineConfigError, EngineDeadError, InvalidRequestError
 from engines.checkpoint import CheckpointInfo, validate_checkpoint, visible_gpu_count
 from engines.coalesce import coalesce
 from engines.config import TRTLLMEngineConfig
+from engines.output import OutputStream
 from engines.protocol import (
     FINISH_ABORT,
     FINISH_LENGTH,
@@ -74,7 +75,6 @@ from engines.protocol import (
     validate_request,
 )
 from engines.rate import TokenRate
-from engines.stop_strings import StopStringMatcher
 
 logger = logging.getLogger(__name__)
 
@@ -459,16 +459,12 @@ class TRTLLMEngine(Engine):
                     output.abort()
 
     async def _deltas(self, request: GenerationRequest, output: Any) -> AsyncIterator[Delta]:
-        stops = StopStringMatcher(request.sampling.stop)
-        n_prompt = len(request.prompt_token_ids)
-        sent_text = 0  # characters of outputs[0].text handed out (a prefix of the true text)
-        seen_text = 0  # characters of outputs[0].text fed to the stop matcher
+        stream = OutputStream(request, self._rate)
+        seen_text = 0  # characters of outputs[0].text fed to the output stream
         sent_ids = 0
         sent_logprobs = 0
         want_logprobs = request.sampling.logprobs
         best_of = "best_of" in request.sampling.requested_fields()
-        first_token_time: float | None = None
-        last_token_at: float | None = None  # monotonic, for the engine's decode pace
         steps = aiter(output)
         while True:
             try:
@@ -486,40 +482,26 @@ class TRTLLMEngine(Engine):
                 values = list(getattr(completion, "logprobs", None) or [])
                 logprobs = token_logprobs(new_ids, values[sent_logprobs:], want_logprobs, self._decode_token)
                 sent_logprobs = max(sent_logprobs, len(values))
-            if new_ids and first_token_time is None:
-                first_token_time = time.time()
-            last_token_at = self._rate.delivered(len(new_ids), last_token_at)
             finish = _finish_reason(out.finished, completion.finish_reason)
             if finish == FINISH_ABORT and self._dead is not None:
                 raise EngineDeadError(self._dead)  # aborted by shutdown(), not by its consumer
-            if finish is not None:
-                # Final. The rest of the text still goes through the matcher; what it holds back is real output,
-                # unless TensorRT-LLM stopped at a stop string: then it is that string's start, which the C++ stop
-                # words path leaves in the text (it truncates only the token ids).
-                new_text, stopped = stops.feed(text[seen_text:])
-                stopped_at_string = finish == FINISH_STOP and isinstance(completion.stop_reason, str)
-                if not stopped and not stopped_at_string:
-                    new_text += stops.flush()
-            else:
-                new_text, stopped = stops.feed(text[seen_text:])
-                seen_text = max(seen_text, len(text))
-                if stopped:  # a stop string TensorRT-LLM did not catch (it cuts only whole matches)
-                    finish = FINISH_STOP
-                    output.abort()
-            sent_text += len(new_text)
-            delta = Delta(
-                text=new_text,
-                token_ids=new_ids,
-                finish_reason=finish,
-                prompt_tokens=n_prompt,
+            delta = stream.from_text(
+                text[seen_text:],
+                new_ids,
+                finish=finish,
                 completion_tokens=len(ids),
-                first_token_time=first_token_time,
-                arrival_time=request.arrival_time,
+                tokens=len(new_ids),
+                # The C++ stop words path truncates only the token ids: that string's start stays in the text.
+                engine_stopped_at_string=finish == FINISH_STOP and isinstance(completion.stop_reason, str),
                 logprobs=logprobs or None,
             )
-            if new_text or new_ids or finish is not None:
-                yield delta
-            if finish is not None:
+            seen_text = max(seen_text, len(text))
+            if delta is None:
+                continue
+            if delta.finished and finish is None:  # a stop string TensorRT-LLM did not catch (it cuts whole ones)
+                output.abort()
+            yield delta
+            if delta.finished:
                 return
         # The iterator ended without a finish reason: the executor dropped the request.
         raise EngineDeadError(f"TensorRT-LLM ended request {request.request_id} without a finish reason")
