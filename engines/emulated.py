@@ -6,7 +6,7 @@ iteration's end every decoding sequence gets its next token, the prompts it pref
 finished sequences free their slot and KV reservation, the queue is admitted and the next iteration is
 planned. Tokens are real ids of the variant's tokenizer (:class:`engines.token_source.TokenSource`) and each
 request's stream turns them into text through the same detokenizer and stop-string path as the real backends
-(:class:`engines.output_text.OutputText`), at the token rates of the engine the profile describes. A stream is
+(:class:`engines.output.OutputStream`), at the token rates of the engine the profile describes. A stream is
 woken once per message, as TensorRT-LLM's ``stream_interval`` does: with its first token at once, then with
 everything it made once ``coalesce.interval_ms`` has passed (at the next iteration's end), and with its last
 token at once; a consumer that is behind takes everything that piled up in one message.
@@ -38,7 +38,7 @@ from engines.batching import ContinuousBatch, Iteration
 from engines.coalesce import next_due
 from engines.config import EmulatedEngineConfig
 from engines.iteration_timer import IterationTimer
-from engines.output_text import OutputText, stop_token_ids
+from engines.output import OutputStream, stop_token_ids
 from engines.protocol import (
     Delta,
     Engine,
@@ -227,7 +227,8 @@ class EmulatedEngine(Engine):
             eos_id=None if s.ignore_eos or not self._eos_ids else self._eos_ids[0],
             min_tokens=s.min_tokens,
         )
-        output = OutputText(self.tokenizer, s, stop_ids)
+        # No rate here: the batch loop counts tokens once per iteration, for all its sequences at once.
+        output = OutputStream(request, None, tokenizer=self.tokenizer, stop_ids=stop_ids)
         # Stop strings are matched on the text as it is made: a request with them sees every token at once, so
         # that it ends (and counts its usage) at the token that completes one, not a message later.
         seq.interval_s = 0.0 if s.stop else self.config.coalesce.interval_ms / 1000.0
@@ -246,21 +247,17 @@ class EmulatedEngine(Engine):
                 if self._stopped:
                     raise EngineDeadError("The engine shut down during this request.")
                 new_ids, seq.new_ids = seq.new_ids, []
-                text, finish = output.feed(
-                    new_ids, engine_finished=seq.finished, length_reached=seq.generated >= s.max_tokens
+                delta = output.from_ids(
+                    new_ids,
+                    completion_tokens=seq.generated,
+                    engine_finished=seq.finished,
+                    length_reached=seq.generated >= s.max_tokens,
+                    first_token_time=seq.first_token_time,
                 )
                 # The next message is due an interval after this one was (a fixed cadence, engines.coalesce.next_due).
                 seq.send_at = next_due(seq.send_at, time.monotonic(), seq.interval_s)
-                yield Delta(
-                    text=text,
-                    token_ids=new_ids,
-                    finish_reason=finish,
-                    prompt_tokens=seq.prompt_tokens,
-                    completion_tokens=seq.generated,
-                    first_token_time=seq.first_token_time,
-                    arrival_time=request.arrival_time,
-                )
-                if finish is not None:
+                yield delta
+                if delta.finished:
                     return
         finally:
             self._live.discard(seq)
