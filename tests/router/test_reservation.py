@@ -303,3 +303,23 @@ def test_with_on_violation_reject_a_request_that_meets_its_slo_is_served_not_yie
     )
 
     assert decision.variant == "small"
+
+
+def test_a_variant_unsure_of_the_long_prompts_it_holds_keeps_more_room_for_them():
+    from router.latency import margin_class
+
+    config = RouterConfig()
+    state = seen_a_long_prompt(config)
+    unsure = big()
+    # big's long prompts ran 2.5x their predictions twice (its margins per class of prompt length); its other
+    # classes' predictions have been right.
+    for _ in range(2):
+        unsure.latency._ttft_errors[margin_class(3000)].add(1.5)
+
+    # Idle, a long prompt after the job is predicted 4050 ms of 10000, x (1 + 1.5 x 1.5): no room left.
+    decision = route(request(1000, NO_SLO), [small(), unsure], config, state)
+
+    assert decision.variant == "small"
+    assert decision.reason == Reason.SLO_MET_AROUND_RESERVATION
+    # The job's own class of length is sure on big as before: only the room kept changed.
+    assert decision.predictions["big"].meets_slo
