@@ -18,6 +18,7 @@ from typing import Any
 
 from ray.serve import metrics
 
+from core.error_table import row_for
 from engines.protocol import EngineStats
 from router import Prediction
 
@@ -31,6 +32,7 @@ PREDICTION_RATIO_BUCKETS = [0.25, 0.5, 0.67, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2, 3
 
 METRIC_NAMES = (
     "vs_requests_total",
+    "vs_grpc_requests_total",
     "vs_route_decisions_total",
     "vs_ttft_seconds",
     "vs_itl_seconds",
@@ -49,6 +51,28 @@ METRIC_NAMES = (
 )
 
 
+OK = 200  # how the pipeline says a request succeeded (an HTTP status, whichever protocol carried it)
+
+
+def grpc_code(status: int, error: BaseException | None) -> str:
+    """The gRPC status a gRPC request ended with, by name: its error's (``core/error_table.py``, as
+    ``serve_app/grpc_errors.py`` answers it), else OK for a success and CANCELLED for a client that went away."""
+    if error is not None:
+        return row_for(error).grpc_code
+    return "OK" if status == OK else "CANCELLED"
+
+
+def count_request(
+    m: IngressMetrics, tags: dict[str, str], status: int, error: BaseException | None, *, grpc: bool
+) -> None:
+    """One finished request in its protocol's counter: ``status`` is the pipeline's (HTTP) status, ``error`` what
+    ended it (None: a success, or the client went away); a gRPC request is counted by its gRPC code."""
+    if grpc:
+        m.grpc_requests.inc(1, {**tags, "code": grpc_code(status, error)})
+    else:
+        m.requests.inc(1, {**tags, "status": str(status)})
+
+
 def _keys(*names: str) -> Any:
     """Tag keys; Ray annotates them as a 1-tuple, but any tuple of names is what it accepts."""
     return names
@@ -59,7 +83,12 @@ class IngressMetrics:
 
     def __init__(self) -> None:
         self.requests = metrics.Counter(
-            "vs_requests_total", "Requests by variant and HTTP status.", tag_keys=_keys("variant", "status")
+            "vs_requests_total", "HTTP requests by variant and HTTP status.", tag_keys=_keys("variant", "status")
+        )
+        self.grpc_requests = metrics.Counter(
+            "vs_grpc_requests_total",
+            "gRPC requests by variant and gRPC status code (its name: OK, INVALID_ARGUMENT, ...).",
+            tag_keys=_keys("variant", "code"),
         )
         self.route_decisions = metrics.Counter(
             "vs_route_decisions_total", "Routing decisions by variant and reason.", tag_keys=_keys("variant", "reason")
@@ -188,16 +217,25 @@ class RequestRecorder:
             self._m.itl_off_loop.observe((now - self._last_at) / new, self._tags)
         self._last_at, self._last_tokens = now, completion_tokens
 
-    def finish(self, prompt_tokens: int, completion_tokens: int, status: int, *, cancelled: bool = False) -> None:
+    def finish(
+        self,
+        prompt_tokens: int,
+        completion_tokens: int,
+        status: int,
+        *,
+        cancelled: bool = False,
+        error: BaseException | None = None,
+        grpc: bool = False,
+    ) -> None:
         m, tags = self._m, self._tags
-        m.requests.inc(1, {**tags, "status": str(status)})
+        count_request(m, tags, status, error, grpc=grpc)
         if cancelled:
             m.cancelled.inc(1, tags)
         if prompt_tokens:  # Ray's counters refuse increments of 0
             m.prompt_tokens.inc(prompt_tokens, tags)
         if completion_tokens:
             m.completion_tokens.inc(completion_tokens, tags)
-        if status != 200 or cancelled or self.first_at is None:
+        if status != OK or cancelled or self.first_at is None:
             return
         now = time.monotonic()
         m.e2e.observe(now - self._start, tags)
