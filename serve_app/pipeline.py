@@ -40,7 +40,7 @@ from serve_app.auth import KeyStore, Principal
 from serve_app.config import AppConfig
 from serve_app.errors import describe
 from serve_app.limiter import Admission, SharedLimits
-from serve_app.metrics import IngressMetrics, RequestRecorder
+from serve_app.metrics import IngressMetrics, RequestRecorder, count_request
 from serve_app.openai_api import ChatCompletionRequest, CompletionRequest, parse_request
 from serve_app.prompting import PromptBuilder
 from serve_app.routing import RouteTicket, RoutingTable
@@ -106,6 +106,7 @@ class Flight:
     # A sibling choice's failure (n > 1) that ended this request: it is then released with that status, not as
     # abandoned by the client.
     ended_by: RequestFailed | None = None
+    grpc: bool = False  # carried by gRPC: counted in the metrics by its gRPC status (serve_app/metrics.py)
 
 
 def server_timing(arrived_at: float, dispatched_at: float, first_token_at: float) -> str:
@@ -227,22 +228,33 @@ class Pipeline:
             yield
         except Exception as exc:
             failure = self.failure(exc)
-            self._release(flight, failure.status)
+            self._release(flight, failure.status, failure.error)
             raise failure from None if failure is exc else exc
         except BaseException:  # cancelled, or the route closed the stream
-            self._release(flight, flight.ended_by.status if flight.ended_by is not None else CLIENT_CLOSED)
+            ended_by = flight.ended_by
+            if ended_by is not None:
+                self._release(flight, ended_by.status, ended_by.error)
+            else:
+                self._release(flight, CLIENT_CLOSED, None)
             raise
         else:
-            self._release(flight, OK)
+            self._release(flight, OK, None)
 
-    def _release(self, flight: Flight, status: int) -> None:
+    def _release(self, flight: Flight, status: int, error: BaseException | None) -> None:
         completion = flight.last.completion_tokens if flight.last is not None else 0
         if flight.ticket is not None:
             self._book.close(flight.ticket, completion, self._clock(), ok=status == OK)
         if flight.recorder is not None:
-            flight.recorder.finish(flight.prompt_tokens, completion, status, cancelled=status == CLIENT_CLOSED)
+            flight.recorder.finish(
+                flight.prompt_tokens,
+                completion,
+                status,
+                cancelled=status == CLIENT_CLOSED,
+                error=error,
+                grpc=flight.grpc,
+            )
         else:
-            self._metrics.requests.inc(1, {"variant": flight.variant or "none", "status": str(status)})
+            count_request(self._metrics, {"variant": flight.variant or "none"}, status, error, grpc=flight.grpc)
         if flight.admission is not None:
             flight.admission.release()
         if status != OK and flight.stream is not None:
