@@ -52,6 +52,7 @@ class GrpcRoutes:
         pipe = self._pipeline
         metadata = dict(grpc_context.invocation_metadata())
         flight = pipe.flight(self._request_id(metadata))
+        flight.grpc = True
         inbound = Inbound(
             chat=fmt.is_chat(request),
             authorization=metadata.get("authorization"),
@@ -72,8 +73,9 @@ class GrpcRoutes:
             except Exception as exc:
                 failure = await pipe.fail(flight, run, exc)
                 error = fmt.field_error(failure.error)
-                logger.info("gRPC request %s failed: %s %s", flight.request_id, failure.status, error)
-                grpc_status(error).apply(grpc_context)
+                status = grpc_status(error)
+                logger.info("gRPC request %s failed: %s %s", flight.request_id, status.code.name, error)
+                status.apply(grpc_context)
                 yield self._finish_message(fmt.delta_message(Delta("", [], "error")), flight)
 
     async def Models(self, request: Any, grpc_context: Any) -> Any:

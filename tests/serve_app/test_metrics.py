@@ -76,8 +76,11 @@ def test_off_loop_observer_keeps_the_newest_when_too_many_wait():
 
 
 class _Counter:
+    def __init__(self) -> None:
+        self.calls: list[tuple[float, dict[str, str]]] = []
+
     def inc(self, value: float, tags: dict[str, str]) -> None:
-        pass
+        self.calls.append((value, tags))
 
 
 def _recorder_metrics() -> object:
@@ -127,3 +130,36 @@ def test_failed_or_unpredicted_requests_record_no_prediction_error():
     single.chunk(1)
     single.finish(10, 1, 200)
     assert [tags["measure"] for _, tags, _ in m.prediction_ratio.calls] == ["ttft"]  # one token: no TPOT
+
+
+def test_grpc_code_is_the_status_the_grpc_boundary_answers():
+    import grpc
+
+    from core.errors import ContextTooLongError, EngineDeadError, OverloadedError, RequestTimeoutError
+    from serve_app.grpc_errors import grpc_status
+    from serve_app.metrics import grpc_code
+
+    for error in (
+        ContextTooLongError("too long", prompt_tokens=9, context_length=8),
+        OverloadedError("busy", retry_after_s=1.0),
+        RequestTimeoutError("late"),
+        EngineDeadError("gone"),
+        RuntimeError("not ours"),
+    ):
+        assert grpc_code(500, error) == grpc_status(error).code.name
+    assert (grpc_code(200, None), grpc_code(499, None)) == ("OK", "CANCELLED")
+    assert grpc_code(503, EngineDeadError("gone")) == grpc.StatusCode.UNAVAILABLE.name
+
+
+def test_count_request_puts_each_protocol_in_its_own_counter():
+    from types import SimpleNamespace
+
+    from core.errors import OverloadedError
+    from serve_app.metrics import count_request
+
+    http, grpc_counter = _Counter(), _Counter()
+    m = SimpleNamespace(requests=http, grpc_requests=grpc_counter)
+    count_request(m, {"variant": "tiny"}, 429, OverloadedError("busy"), grpc=False)  # type: ignore[arg-type]
+    count_request(m, {"variant": "tiny"}, 429, OverloadedError("busy"), grpc=True)  # type: ignore[arg-type]
+    assert http.calls == [(1, {"variant": "tiny", "status": "429"})]
+    assert grpc_counter.calls == [(1, {"variant": "tiny", "code": "RESOURCE_EXHAUSTED"})]

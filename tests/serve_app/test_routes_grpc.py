@@ -38,6 +38,17 @@ class _Context:
         self.trailing = dict(metadata)
 
 
+def _grpc_requests(h: Any) -> dict[str, float]:
+    """The gRPC request counter (vs_grpc_requests_total) by code; the HTTP one must stay empty for gRPC calls."""
+    assert h.metrics.requests_by_status() == {}
+    out: dict[str, float] = {}
+    for (name, tags), value in h.metrics.counts.items():
+        if name == "grpc_requests":
+            code = dict(tags)["code"]
+            out[code] = out.get(code, 0) + value
+    return out
+
+
 async def _generate(routes: GrpcRoutes, request: Any, context: _Context) -> list[Any]:
     async with aclosing(routes.Generate(request, context)) as messages:
         return [m async for m in messages]
@@ -52,7 +63,7 @@ async def test_generate_streams_deltas_and_ends_with_usage_and_the_route():
     last = messages[-1]
     assert (last.finish_reason, last.usage.completion_tokens, last.usage.total_tokens) == ("length", 4, 7)
     assert last.route.variant in ("tiny", "small") and last.route.reason
-    assert h.inflight() == 0 and h.metrics.requests_by_status() == {"200": 1}
+    assert h.inflight() == 0 and _grpc_requests(h) == {"OK": 1}
 
 
 async def test_a_bad_request_is_invalid_argument_naming_the_field():
@@ -65,6 +76,7 @@ async def test_a_bad_request_is_invalid_argument_naming_the_field():
     assert context.trailing["error-param"] == "max_tokens"
     assert [m.finish_reason for m in messages] == ["error"]
     assert h.streams() == []
+    assert _grpc_requests(h) == {"INVALID_ARGUMENT": 1}
 
 
 async def test_a_missing_key_is_unauthenticated_on_generate_and_models():
@@ -73,6 +85,7 @@ async def test_a_missing_key_is_unauthenticated_on_generate_and_models():
     context = _Context()
     await _generate(routes, llm_pb2.GenerateRequest(model="local-llama", prompt="Hi"), context)
     assert context.code == grpc.StatusCode.UNAUTHENTICATED
+    assert _grpc_requests(h) == {"UNAUTHENTICATED": 1}
     context = _Context()
     assert len((await routes.Models(llm_pb2.ModelsRequest(), context)).models) == 0
     assert context.code == grpc.StatusCode.UNAUTHENTICATED
@@ -90,6 +103,7 @@ async def test_an_engine_error_mid_stream_ends_with_its_status_and_aborts_the_en
     assert [m.finish_reason for m in messages] == ["", "", "error"]
     assert messages[-1].usage.completion_tokens == 2
     assert h.inflight() == 0 and all(s.cancelled for s in h.streams())
+    assert _grpc_requests(h) == {"UNAVAILABLE": 1}  # the status the client got, not an HTTP 503
 
 
 async def test_a_cancelled_call_releases_the_request():
@@ -98,5 +112,5 @@ async def test_a_cancelled_call_releases_the_request():
     messages = routes.Generate(llm_pb2.GenerateRequest(model="local-llama", prompt="Hi", max_tokens=8), _Context())
     await anext(messages)
     await messages.aclose()  # Serve closes the stream when the client cancels
-    assert h.inflight() == 0 and h.metrics.requests_by_status() == {"499": 1}
+    assert h.inflight() == 0 and _grpc_requests(h) == {"CANCELLED": 1}
     assert all(s.cancelled for s in h.streams())
