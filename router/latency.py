@@ -208,18 +208,9 @@ class _UpperQuantile:
     Until it has seen errors the estimate knows nothing (it starts at 0 and climbs by ``step * level`` a
     time, ~50 errors to reach a margin of 1), so :attr:`value` blends it with a ``prior`` margin, worth
     ``prior_weight`` errors: a fresh model is not trusted as if it had been checked many times.
-
-    Over its first ``sample_size`` errors the value is also at least the largest of them but one (one more per
-    ``1 / (1 - level)`` errors): the climb alone lets a class of request that is badly mispredicted keep a
-    margin near the prior for dozens of requests (on the quick bench a long prompt's TTFT ran 2-3x its
-    prediction from the second one on while the margin sat at 0.5, and the variant kept taking interactive
-    chat beside them). Two errors that far above, not one: a single stall must not widen it. At
-    ``sample_size`` errors the estimate starts from the sample's ``level`` quantile, if above the climb.
     """
 
-    __slots__ = ("count", "estimate", "level", "prior", "prior_weight", "sample", "step", "upper", "value")
-
-    sample_size = 64
+    __slots__ = ("count", "estimate", "level", "prior", "prior_weight", "step", "upper", "value")
 
     def __init__(
         self, level: float, step: float = 0.02, upper: float = 3.0, prior: float = 0.0, prior_weight: float = 0.0
@@ -232,7 +223,6 @@ class _UpperQuantile:
         self.estimate = 0.0
         self.count = 0
         self.value = prior if prior_weight > 0 else 0.0
-        self.sample: list[float] | None = []  # the first errors, sorted; None once sample_size have been seen
 
     def add(self, relative_error: float) -> None:
         if relative_error > self.estimate:
@@ -241,31 +231,7 @@ class _UpperQuantile:
             self.estimate = max(0.0, self.estimate - self.step * (1.0 - self.level))
         self.count += 1
         weight = self.prior_weight
-        blended = (self.count * self.estimate + weight * self.prior) / (self.count + weight)
-        sample = self.sample
-        if sample is not None:
-            _insort(sample, min(self.upper, max(0.0, relative_error)))
-            bound = small_sample_bound(sample, self.level)
-            if len(sample) >= self.sample_size:
-                self.estimate = max(self.estimate, sample[min(len(sample) - 1, int(self.level * len(sample)))])
-                self.sample = None
-            if bound > blended:
-                blended = bound
-        self.value = blended
-
-
-def small_sample_bound(ordered: Sequence[float], level: float) -> float:
-    """What a few errors ``ordered`` (ascending) show of their ``level`` quantile at the least: the largest but
-    one, and one further down per ``1 / (1 - level)`` of them (0 with fewer than two)."""
-    rank = 2 + int((1.0 - level) * len(ordered))
-    return ordered[-rank] if len(ordered) >= rank else 0.0
-
-
-def _insort(ordered: list[float], value: float) -> None:
-    i = len(ordered)
-    while i > 0 and ordered[i - 1] > value:
-        i -= 1
-    ordered.insert(i, value)
+        self.value = (self.count * self.estimate + weight * self.prior) / (self.count + weight)
 
 
 # Error margins are kept per class of prompt length: a variant's errors on short chat say little about its

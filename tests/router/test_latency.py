@@ -407,56 +407,22 @@ def test_margin_classes_split_prompt_lengths_by_powers_of_four_from_256():
     assert len(MARGIN_CLASS_BOUNDS) == 4
 
 
-def test_a_few_errors_bound_their_quantile_from_below_by_the_largest_but_one():
-    from router.latency import small_sample_bound
-
-    assert small_sample_bound([], 0.97) == 0.0
-    assert small_sample_bound([2.0], 0.97) == 0.0  # one error says nothing: it may be a stall
-    assert small_sample_bound([0.1, 2.0], 0.97) == 0.1
-    assert small_sample_bound([0.1, 1.4, 2.0], 0.97) == 1.4
-    # One more step down per 1 / (1 - level) errors: 34 errors at level 0.97 drop the two largest.
-    assert small_sample_bound([float(i) for i in range(34)], 0.97) == 31.0
-
-
-def test_long_prompts_mispredicted_widen_their_own_margin_and_leave_short_ones_fading():
+def test_each_class_of_prompt_length_learns_its_own_margin_from_the_cold_start():
     from router import RouterConfig
     from router.latency import new_latency_model
 
     model = new_latency_model(PROFILE, RouterConfig())  # cold start: 0.5 in every class, worth 32 errors
-    for _ in range(8):
+    for _ in range(40):
         model.observe_ttft(100, 150.0, predicted_ms=150.0)  # short prompts: exact
-    model.observe_ttft(2000, 1500.0, predicted_ms=1000.0)  # long prompts: 1.5x, then 2.4x and 2.5x
-    assert model.ttft_margin_for(2000) == pytest.approx(0.5, abs=0.02)  # one error alone does not move it
-    model.observe_ttft(2000, 2400.0, predicted_ms=1000.0)
-    model.observe_ttft(2000, 2500.0, predicted_ms=1000.0)
+        model.observe_tpot(40.0, 1.0, predicted_ms=40.0, prompt_tokens=100)
 
-    assert model.ttft_margin_for(2000) == pytest.approx(1.4)  # the largest error but one
-    assert model.ttft_margin_for(3000) == model.ttft_margin_for(2000)  # one class of length
-    assert model.ttft_margin_for(100) < 0.5  # the short ones' class fades as before
-    assert model.ttft_margin_for(500) == 0.5  # a class with no errors keeps the assumption
-    assert model.tpot_margin_for(2000) == 0.5  # and so does the other measure
+    assert model.ttft_margin_for(100) == pytest.approx(16.0 / 72.0)  # the short ones' class fades as before
+    assert model.tpot_margin_for(100) == pytest.approx(16.0 / 72.0)
+    assert model.ttft_margin_for(2000) == 0.5  # a long prompt has not been checked: the assumption stands
+    assert model.tpot_margin_for(2000) == 0.5
+    assert model.ttft_margin == model.ttft_margin_for(100)  # the summary: the class seen most
 
-
-def test_a_single_stall_does_not_widen_the_margin():
-    from router import RouterConfig
-    from router.latency import new_latency_model
-
-    model = new_latency_model(PROFILE, RouterConfig())
-    model.observe_ttft(100, 600.0, predicted_ms=150.0)  # 3x: a GC pause
-    for _ in range(5):
-        model.observe_ttft(100, 150.0, predicted_ms=150.0)
-
-    assert model.ttft_margin_for(100) <= 0.5
-
-
-def test_after_its_first_sample_a_class_estimates_from_the_sample_and_climbs_from_there():
-    from router.latency import _UpperQuantile
-
-    quantile = _UpperQuantile(0.97, prior=0.5, prior_weight=32.0)
-    for i in range(_UpperQuantile.sample_size):
-        quantile.add(1.0 if i % 10 == 0 else 0.1)  # a tenth of the errors at 1.0
-    assert quantile.sample is None
-    assert quantile.estimate == 1.0  # the sample's 97% quantile, far above the climb's ~0.1
-    quantile.add(0.1)  # from here on the climb, blended with the prior as before
-    assert quantile.estimate < 1.0
-    assert quantile.value == pytest.approx((65 * quantile.estimate + 32 * 0.5) / 97)
+    for _ in range(3):
+        model.observe_ttft(2000, 2500.0, predicted_ms=1000.0)  # long prompts 2.5x their predictions
+    assert model.ttft_margin_for(3000) > model.ttft_margin_for(100)  # one class from 1024 to 4096 tokens
+    assert model.ttft_margin_for(100) == pytest.approx(16.0 / 72.0)  # untouched by the long ones

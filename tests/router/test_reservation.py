@@ -305,21 +305,27 @@ def test_with_on_violation_reject_a_request_that_meets_its_slo_is_served_not_yie
     assert decision.variant == "small"
 
 
-def test_a_variant_unsure_of_the_long_prompts_it_holds_keeps_more_room_for_them():
-    from router.latency import margin_class
+def test_a_variant_whose_long_prompts_are_unchecked_keeps_the_cold_start_margin_for_their_room():
+    from router.latency import new_latency_model
+    from tests.router.views import BIG_PROFILE
 
-    config = RouterConfig()
+    config = RouterConfig()  # cold start: a margin of 0.5 worth 32 errors, per class of prompt length
     state = seen_a_long_prompt(config)
-    unsure = big()
-    # big's long prompts ran 2.5x their predictions twice (its margins per class of prompt length); its other
-    # classes' predictions have been right.
-    for _ in range(2):
-        unsure.latency._ttft_errors[margin_class(3000)].add(1.5)
+    model = new_latency_model(BIG_PROFILE, config)
+    for _ in range(200):  # big has predicted 1000-token prompts exactly, never a 3000-token one
+        model.observe_ttft(1000, 1050.0, predicted_ms=1050.0)
+    assert model.ttft_margin_for(1000) < 0.1
+    assert model.ttft_margin_for(3000) == 0.5
 
-    # Idle, a long prompt after the job is predicted 4050 ms of 10000, x (1 + 1.5 x 1.5): no room left.
-    decision = route(request(1000, NO_SLO), [small(), unsure], config, state)
+    # A long prompt after the job, 1000 tokens queued: 50 + 3000 + 1000 + 1000 = 5050 ms (the model's weights
+    # learned nothing new: its predictions were right), x (1 + 1.5 x 0.5) = 8838 of 10000: less than
+    # reserve_slack left. With one margin for every length the job's class would have set it (x 1.1: 0.44 left).
+    decision = route(
+        request(1000, NO_SLO),
+        [small(), big(queued_requests=1, queued_prompt_tokens=1000, latency=model)],
+        config,
+        state,
+    )
 
     assert decision.variant == "small"
     assert decision.reason == Reason.SLO_MET_AROUND_RESERVATION
-    # The job's own class of length is sure on big as before: only the room kept changed.
-    assert decision.predictions["big"].meets_slo
