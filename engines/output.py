@@ -7,7 +7,7 @@ the first token's time, the engine's token rate and decode pace (``engines.rate`
 Coalescing the deltas into one message per stream interval is ``engines.coalesce`` (around the backend's
 stream, or the emulated engine's batch loop); nothing here runs more than once per engine step of a request.
 
-Two fronts, one tail:
+Two fronts, one tail (``from_ids`` ends in ``from_text``):
 
 * :meth:`OutputStream.from_ids`: engines that give token ids (hf, emulated). A trailing stop token id ends
   the request and is not text; the engine's own end is ``length`` at max_tokens, else ``stop``.
@@ -61,11 +61,6 @@ class OutputStream:
         self._first_token_time: float | None = None
         self._last_token_at: float | None = None  # monotonic, for the engine's decode pace
 
-    @property
-    def stopped(self) -> bool:
-        """A stop string ended the request here: an engine that runs on must be told to abort it."""
-        return self._stops.stopped
-
     def from_ids(
         self,
         new_ids: list[int],
@@ -90,7 +85,7 @@ class OutputStream:
             text += detok.flush()
         if first_token_time is not None:
             self._first_token_time = first_token_time
-        delta = self._delta(text, new_ids, finish, completion_tokens, len(new_ids), False, None)
+        delta = self.from_text(text, new_ids, finish=finish, completion_tokens=completion_tokens, tokens=len(new_ids))
         assert delta is not None  # a step with ids or a finish always says so
         return delta
 
@@ -109,18 +104,6 @@ class OutputStream:
         says), ``finish`` (ours, from the engine's reason; None while it runs), ``tokens`` (how many it made).
         ``engine_stopped_at_string``: the engine ended at a stop string, so the text held back as its possible
         start is that string's, not output. None when the step says nothing new."""
-        return self._delta(piece, ids, finish, completion_tokens, tokens, engine_stopped_at_string, logprobs)
-
-    def _delta(
-        self,
-        piece: str,
-        ids: list[int],
-        finish: str | None,
-        completion_tokens: int,
-        tokens: int,
-        engine_stopped_at_string: bool,
-        logprobs: list[TokenLogprob] | None,
-    ) -> Delta | None:
         text, stopped = self._stops.feed(piece)
         if stopped:
             finish = FINISH_STOP  # a stop string ends the request before the engine does
