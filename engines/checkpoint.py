@@ -153,13 +153,16 @@ def validate_checkpoint(
     return info
 
 
-def validate_engine_config(config: Any, *, num_gpus: float | None = None) -> CheckpointInfo | None:
-    """:func:`validate_checkpoint` for a ``trtllm`` or ``openai_server`` engine config (at deploy time).
+def validate_engine_config(
+    config: Any, *, model: str | None = None, num_gpus: float | None = None
+) -> CheckpointInfo | None:
+    """:func:`validate_checkpoint` for a ``trtllm`` or ``openai_server`` engine config: at deploy time on
+    ``config.model``, and at the engine's start on ``model``, the directory it resolved to.
 
     A ``builtin:`` name is no directory yet (generated on first use), so only ``num_gpus`` is checked.
     """
     return validate_checkpoint(
-        config.model,
+        config.model if model is None else model,
         dtype=config.dtype,
         quantization=config.quantization,
         tensor_parallel_size=config.tensor_parallel_size,

@@ -50,7 +50,7 @@ import httpx
 from httpx_sse import EventSource
 
 from core.errors import EngineConfigError, EngineDeadError, InvalidRequestError, OverloadedError
-from engines.checkpoint import CheckpointInfo, validate_checkpoint, visible_gpu_count
+from engines.checkpoint import CheckpointInfo, validate_engine_config, visible_gpu_count
 from engines.coalesce import coalesce
 from engines.config import OpenAIServerEngineConfig, is_trtllm_serve
 from engines.output import OutputStream
@@ -275,15 +275,9 @@ class OpenAIServerEngine(Engine):
 
             model = await asyncio.to_thread(resolve_model, model)
         self._served_model = config.served_model_name or model
-        self._checkpoint = validate_checkpoint(
-            model,
-            dtype=config.dtype,
-            quantization=config.quantization,
-            tensor_parallel_size=config.tensor_parallel_size,
-            max_seq_len=config.max_seq_len,
-            # A remote server's GPUs are not ours to count.
-            num_gpus=None if config.url else visible_gpu_count(),
-            trtllm_loader=config.trtllm_loader(),  # trtllm-serve's backend must be able to load it
+        # trtllm-serve's backend must be able to load it; a remote server's GPUs are not ours to count.
+        self._checkpoint = validate_engine_config(
+            config, model=model, num_gpus=None if config.url else visible_gpu_count()
         )
         if config.prompt_format == "text":
             self._tokenizer = await asyncio.to_thread(_load_tokenizer, config.tokenizer or model)

@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from core.errors import EngineConfigError, EngineDeadError, InvalidRequestError
-from engines.checkpoint import CheckpointInfo, validate_checkpoint, visible_gpu_count
+from engines.checkpoint import CheckpointInfo, validate_engine_config, visible_gpu_count
 from engines.coalesce import coalesce
 from engines.config import TRTLLMEngineConfig
 from engines.output import OutputStream
@@ -317,15 +317,8 @@ class TRTLLMEngine(Engine):
             from engines.model_ref import resolve_model
 
             model = await asyncio.to_thread(resolve_model, model)
-        self._checkpoint = validate_checkpoint(
-            model,
-            dtype=config.dtype,
-            quantization=config.quantization,
-            tensor_parallel_size=config.tensor_parallel_size,
-            max_seq_len=config.max_seq_len,
-            num_gpus=visible_gpu_count(),
-            trtllm_loader=config.trtllm_loader(),  # refuses what the chosen backend cannot load
-        )
+        # The checkpoint's loader is checked too: it refuses what the chosen backend cannot load.
+        self._checkpoint = validate_engine_config(config, model=model, num_gpus=visible_gpu_count())
         engine_format = config.engine_format
         if engine_format == "auto":
             # Prebuilt engines and TensorRT-LLM checkpoints are inputs of the legacy backend only (llm_args.py
