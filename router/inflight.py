@@ -237,6 +237,7 @@ class InflightBook:
             context_tokens=pred.context_tokens,
             predicted_ms=pred.ttft_ms,
             censored=censored,
+            slowdown=pred.slowdown,
         )
 
     def _tokens_per_s(self, ticket: RouteTicket) -> float:

@@ -256,6 +256,9 @@ def margin_class(prompt_tokens: float) -> int:
 # Prefill may use at most this share of a replica's time in the TPOT prediction: beyond it the replica
 # cannot keep up, and the prediction (20x the decode step) says so without dividing by ~0.
 _MAX_PREFILL_SHARE = 0.95
+# The most the measured pace may stretch a TTFT's step-bound work (its prefill and the steps it waits through),
+# against a pace figure gone wild (a stall of seconds over a window of few tokens).
+MAX_SLOWDOWN = 10.0
 
 
 def slot_wait_tokens(waiting_for_slot: float, running: float, tokens_left: float | None, mean_output: float) -> float:
@@ -439,6 +442,26 @@ class LatencyModel:
         margin = self.tpot_margin_for(prompt_tokens if margin_of is None else margin_of)
         return max(modelled, measured / (1.0 + margin))
 
+    def slowdown(self, load: Load, prompt_tokens: float = 0.0) -> float:
+        """How many times longer than the model's figure the replica's steps measured lately: the engines'
+        pace (``measured_tpot_ms`` at ``measured_batch``) over the model's TPOT at that batch and the load's
+        prefill rate and context, less the ``prompt_tokens`` class's TPOT margin (as the TPOT floor takes it);
+        1 without a measurement or when the steps are no slower, at most :data:`MAX_SLOWDOWN`.
+
+        The TTFT prediction stretches its step-bound work (the prompt's prefill, the prefill queued ahead and
+        the decode steps it waits through) by it: a prefill runs in the same steps as the decode that measured
+        the pace, so whatever slows those (a mixed batch's interference that the linear terms miss, a busy
+        CPU) slows it alike. Without it a long prompt sent to a replica that was decoding beside other long
+        prompts was predicted its idle prefill and took 2-4x that (docs/routing.md, session 12)."""
+        if load.measured_tpot_ms <= 0.0:
+            return 1.0
+        batch = max(load.measured_batch, 1.0)
+        at_measured = self.predict_tpot_ms(batch, load.prefill_tokens_per_s, load.context_tokens)
+        ratio = load.measured_tpot_ms / at_measured / (1.0 + self.tpot_margin_for(prompt_tokens))
+        if ratio <= 1.0:
+            return 1.0
+        return ratio if ratio < MAX_SLOWDOWN else MAX_SLOWDOWN
+
     def predict_request(self, prompt_tokens: int, load: Load) -> tuple[float, float]:
         """``(predict_ttft_ms(prompt_tokens, load), predict_load_tpot_ms(load, None, prompt_tokens))``, the same
         figures in one pass: the reservation asks this of each kind it keeps room for, and the two share most of
@@ -469,12 +492,16 @@ class LatencyModel:
         context_ms = per_context_token * (context + prompt_tokens)
         tpot = (at_batch_1 + batch_ms + context_ms) / free
         measured_tpot_ms = load.measured_tpot_ms
+        slow = 1.0
         if measured_tpot_ms > 0.0:
             measured_batch = load.measured_batch if load.measured_batch > 1.0 else 1.0
             at_measured = (at_batch_1 + per_extra_seq * (measured_batch - 1.0) + per_context_token * context) / free
             lift = 1.0 + self._tpot_errors[margin_class(prompt_tokens)].value
             measured = measured_tpot_ms * tpot / at_measured / lift
             tpot = measured if measured > tpot else tpot
+            # LatencyModel.slowdown, inline: the same pace stretches the TTFT's step-bound work.
+            slow = measured_tpot_ms / at_measured / lift
+            slow = 1.0 if slow < 1.0 else (slow if slow < MAX_SLOWDOWN else MAX_SLOWDOWN)
         slot_wait = 0.0
         if load.waiting_for_slot:
             # The running batch's TPOT, for the wait for a slot (only then: most candidates have a free one).
@@ -486,13 +513,13 @@ class LatencyModel:
             tokens = slot_wait_tokens(load.waiting_for_slot, running, tokens_left, mean_output_tokens)
             slot_wait = tokens * tpot_running / running
         prefill = (prompt_tokens + load.queued_prompt_tokens) * ms_per_token
-        return base + prefill + slot_wait + steps * (batch_ms + context_ms) + load.startup_ms, tpot
+        return base + slow * (prefill + steps * (batch_ms + context_ms)) + slot_wait + load.startup_ms, tpot
 
     def predict_idle_ttft_ms(self, prompt_tokens: int, startup_ms: float = 0.0) -> float:
         """TTFT of a ``prompt_tokens`` prompt on a replica with nothing running or queued (plus ``startup_ms``):
         ``predict_ttft_ms`` of an idle :class:`Load`, without building one."""
         _, _, _, per_context_token, base, ms_per_token, _, steps = self._coefficients
-        return base + prompt_tokens * ms_per_token + steps * (per_context_token * prompt_tokens) + startup_ms
+        return base + (prompt_tokens * ms_per_token + steps * (per_context_token * prompt_tokens)) + startup_ms
 
     def predict_ttft_ms(self, prompt_tokens: int, load: Load) -> float:
         """Milliseconds from dispatch to the first token of a ``prompt_tokens`` prompt under ``load``."""
@@ -505,7 +532,7 @@ class LatencyModel:
         slot_wait = slot_wait_tokens(load.waiting_for_slot, running, tokens_left, mean_output_tokens) * tpot / running
         prefill = (prompt_tokens + load.queued_prompt_tokens) * ms_per_token
         step = self._batch_step_ms(load.batch_when_running, load.context_tokens + prompt_tokens)
-        return base + prefill + slot_wait + steps * step + load.startup_ms
+        return base + self.slowdown(load, prompt_tokens) * (prefill + steps * step) + slot_wait + load.startup_ms
 
     def _batch_step_ms(self, batch_size: float, context_tokens: float) -> float:
         """How much longer a decode step of ``batch_size`` sequences holding ``context_tokens`` of KV is than
@@ -529,6 +556,7 @@ class LatencyModel:
         context_tokens: float = 0.0,
         predicted_ms: float | None = None,
         censored: bool = False,
+        slowdown: float = 1.0,
     ) -> None:
         """Learns from one request's time to first token (at its first token, not at its end).
 
@@ -536,16 +564,18 @@ class LatencyModel:
         included) describe the replica at dispatch
         (the :class:`Load` its prediction used); ``predicted_ms`` is that decision-time prediction, which
         trains the error margin. ``censored``: the request failed or timed out before its first token and
-        ``ttft_ms`` is only a lower bound (the elapsed time).
+        ``ttft_ms`` is only a lower bound (the elapsed time). ``slowdown``: what the prediction stretched the
+        step-bound work by (:meth:`slowdown`, ``Prediction.slowdown``), so that the weights learn the work at
+        the model's own pace and a slow spell does not teach them what the measured pace already holds.
         """
         if ttft_ms < 0:
             return
         batch = max(batch_size, 1.0)
         x = (
             1.0,
-            prompt_tokens + queued_tokens_ahead,
+            slowdown * (prompt_tokens + queued_tokens_ahead),
             waiting_for_slot * self.predict_tpot_ms(batch) / batch,
-            self._batch_step_ms(batch, context_tokens),
+            slowdown * self._batch_step_ms(batch, context_tokens),
         )
         if self._learn(self._ttft, x, ttft_ms, censored):
             self.observations += 1

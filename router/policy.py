@@ -53,7 +53,7 @@ from collections.abc import Mapping, Sequence
 
 from router.baselines import BASELINES
 from router.config import RouterConfig
-from router.latency import _MAX_PREFILL_SHARE, LatencyModel, Load, margin_class
+from router.latency import _MAX_PREFILL_SHARE, MAX_SLOWDOWN, LatencyModel, Load, margin_class
 from router.load import queue_bound, replica_load, serving_replicas
 from router.reservation import crowded_out, record_exclusive, reserve_room
 from router.shedding import is_hopeless
@@ -218,6 +218,7 @@ class _Judge:
         measured_tpot_ms = load.measured_tpot_ms
         margin_class = self.margin_class
         tpot_margin = model._tpot_errors[margin_class].value
+        slow = 1.0
         if measured_tpot_ms > 0.0:
             measured_batch = load.measured_batch if load.measured_batch > 1.0 else 1.0
             at_measured = (at_batch_1 + per_extra_seq * (measured_batch - 1.0) + per_context_token * context) / free
@@ -225,6 +226,12 @@ class _Judge:
             measured = measured_tpot_ms * tpot / at_measured / lift
             if measured > tpot:
                 tpot = measured
+            # LatencyModel.slowdown: the measured pace stretches the TTFT's step-bound work too.
+            slow = measured_tpot_ms / at_measured / lift
+            if slow < 1.0:
+                slow = 1.0
+            elif slow > MAX_SLOWDOWN:
+                slow = MAX_SLOWDOWN
         waiting_for_slot = load.waiting_for_slot
         slot_wait = 0.0
         if waiting_for_slot:
@@ -252,9 +259,8 @@ class _Judge:
         queued_prompt_tokens = load.queued_prompt_tokens
         ttft = (
             base
-            + (prompt_tokens + queued_prompt_tokens) * ms_per_token
+            + slow * ((prompt_tokens + queued_prompt_tokens) * ms_per_token + steps * (batch_ms + context_ms))
             + slot_wait
-            + steps * (batch_ms + context_ms)
             + load.startup_ms
         )
 
@@ -298,6 +304,7 @@ class _Judge:
             ttft_upper,  # ttft_upper_ms
             tpot_upper,  # tpot_upper_ms
             slack,
+            slow,  # slowdown
         )
 
 
@@ -422,8 +429,7 @@ def _home(request: RequestFeatures, variants: Sequence[VariantView], loads: Mapp
             _, _, _, per_context_token, base, ms_per_token, _, steps = model._coefficients
             idle_ttft = (
                 base
-                + prompt_tokens * ms_per_token
-                + steps * (per_context_token * prompt_tokens)
+                + (prompt_tokens * ms_per_token + steps * (per_context_token * prompt_tokens))
                 + loads[view.name].startup_ms
             )
             ratio = idle_ttft / ttft_target

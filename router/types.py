@@ -144,6 +144,9 @@ class Prediction:
     ttft_upper_ms: float = 0.0
     tpot_upper_ms: float = 0.0
     slack: float = 1.0  # smallest relative room left under the (headroom-reduced) targets; < 0 when missed
+    # What the TTFT prediction stretched its step-bound work by for the engines' measured pace
+    # (LatencyModel.slowdown); handed back to observe_ttft with the outcome.
+    slowdown: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)

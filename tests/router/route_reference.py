@@ -177,6 +177,7 @@ def predict(request: RequestFeatures, view: VariantView, load: Load, config: Rou
         ttft_upper_ms=ttft_upper,
         tpot_upper_ms=tpot_upper,
         slack=slack,
+        slowdown=model.slowdown(load, request.prompt_tokens),
     )
 
 

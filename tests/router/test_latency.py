@@ -7,6 +7,7 @@ import random
 import pytest
 
 from router import LatencyModel, LatencyProfile, Load
+from router.latency import MAX_SLOWDOWN
 
 PROFILE = LatencyProfile(
     prefill_tokens_per_s=1000.0,
@@ -280,8 +281,45 @@ def test_a_slow_measured_pace_lengthens_the_wait_for_a_slot():
     )
     # The slot frees when the first of the running sequences is out (2 x 10 / 17 tokens on average): at 210 ms a
     # token instead of 70. (The model's batch slope carries the pace measured at a batch of 16 over to the
-    # running 16: unchanged.)
-    assert model.predict_ttft_ms(100, slow) - model.predict_ttft_ms(100, full) == pytest.approx(2 * 10 / 17 * 140.0)
+    # running 16: unchanged.) The steps run 3x the model's pace, so the prompt's prefill (100 ms) and the 1.5
+    # steps it waits through (1.5 x 30 ms more than at batch 1) stretch 3x as well (LatencyModel.slowdown).
+    assert model.slowdown(slow, 100) == pytest.approx(3.0)
+    stretched = 2.0 * (100.0 + 1.5 * 30.0)
+    assert model.predict_ttft_ms(100, slow) - model.predict_ttft_ms(100, full) == pytest.approx(
+        2 * 10 / 17 * 140.0 + stretched
+    )
+
+
+def test_a_slow_measured_pace_stretches_the_prefill_of_a_long_prompt():
+    model = LatencyModel(PROFILE)  # 1 ms per prompt token, base 50, 40 ms per token at batch 1 (+2 per sequence)
+    # Two sequences decoding at 126 ms a token where the model says 42: every step 3x as long, the prefill too.
+    busy = load(running=2.0, measured_tpot_ms=126.0, measured_batch=2.0)
+    calm = load(running=2.0)
+    assert model.slowdown(calm, 2000) == 1.0
+    assert model.slowdown(busy, 2000) == pytest.approx(3.0)
+    steps = 1.5 * 2 * 2.0  # the 1.5 steps a prompt waits through, each 4 ms longer at the batch of 3 it joins
+    assert model.predict_ttft_ms(2000, calm) == pytest.approx(50.0 + 2000.0 + steps)
+    assert model.predict_ttft_ms(2000, busy) == pytest.approx(50.0 + 3.0 * (2000.0 + steps))
+    # predict_request gives the same figures in one pass.
+    assert model.predict_request(2000, busy)[0] == pytest.approx(model.predict_ttft_ms(2000, busy))
+    # Only what the class's TPOT margin does not already cover: a margin of 0.5 leaves 2x.
+    for error in model._tpot_errors:
+        error.value = 0.5
+    assert model.slowdown(busy, 2000) == pytest.approx(2.0)
+    # Faster than the model: no stretch (the model learns that from outcomes); a wild figure is capped.
+    assert model.slowdown(load(running=2.0, measured_tpot_ms=20.0, measured_batch=2.0), 2000) == 1.0
+    assert model.slowdown(load(running=2.0, measured_tpot_ms=1e6, measured_batch=2.0), 2000) == MAX_SLOWDOWN
+
+
+def test_ttft_learned_under_a_slowdown_teaches_the_work_at_the_models_own_pace():
+    taught, naive = LatencyModel(PROFILE), LatencyModel(PROFILE)
+    for _ in range(40):
+        # The replica ran 3x slow and the prediction said so: 50 + 3 x 2000 ms.
+        taught.observe_ttft(2000, 6050.0, predicted_ms=6050.0, slowdown=3.0)
+        naive.observe_ttft(2000, 6050.0, predicted_ms=6050.0)
+    # Told the stretch, the prefill weight stays at 1 ms a token; not told, it learns the slow spell as its own.
+    assert taught.prefill_ms_per_token == pytest.approx(1.0, rel=0.05)
+    assert naive.prefill_ms_per_token > 2.0
 
 
 def test_a_measured_cost_of_prefill_to_decode_seeds_the_interference():
