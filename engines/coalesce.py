@@ -1,9 +1,17 @@
-"""Coalescing a stream of deltas into fewer, larger chunks.
+"""Coalescing a stream of deltas into fewer, larger chunks: the one rule, and the wrapper most backends use.
 
 Ray Serve moves every yielded item through Ray as its own object (ray-project/ray #52745), so one item per
 token caps a replica at roughly a thousand items per second in total. We yield the first delta at once (TTFT
 is what users feel) and afterwards gather whatever the engine produced during ``interval_s`` into one delta.
 When the consumer is slower than the engine, deltas simply pile up and go out together on its next pull.
+
+What is decided here, for every engine: the interval (:func:`interval_s`, from the engine config's
+``coalesce.interval_ms``), when a stream's next message is due (:class:`Cadence`: the first and the last at
+once, the others on a fixed cadence, :func:`next_due`) and how the deltas that waited become one
+(:func:`merge_deltas`). Where it is applied is the one place a stream's messages leave the engine, whose wake-up
+differs by engine: :func:`coalesce` around the backend's stream (hf, trtllm, openai_server), the emulated
+engine's batch loop, which wakes a stream only when its message is due, and, with ``engine_process``, the
+replica side of the pipe (``engines.process``), the child engine running with no interval.
 """
 
 from __future__ import annotations
@@ -11,8 +19,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any
 
 from engines.protocol import Delta
+
+
+def interval_s(config: Any) -> float:
+    """The stream interval of an engine config, in seconds; 0.0 (every delta at once) for one without any."""
+    coalesce_config = getattr(config, "coalesce", None)
+    return 0.0 if coalesce_config is None else coalesce_config.interval_ms / 1000.0
 
 
 def next_due(due: float, now: float, interval_s: float) -> float:
@@ -26,6 +41,25 @@ def next_due(due: float, now: float, interval_s: float) -> float:
     """
     following = due + interval_s
     return following if following > now else now + interval_s
+
+
+class Cadence:
+    """When one stream's next message is due: at once for the first and for a finished one, otherwise once
+    ``send_at`` has passed; :meth:`sent` moves ``send_at`` on by :func:`next_due`. Times are seconds on the one
+    clock its caller keeps to (``time.monotonic`` or the event loop's)."""
+
+    __slots__ = ("interval_s", "send_at")
+
+    def __init__(self, interval_s: float) -> None:
+        self.interval_s = interval_s
+        self.send_at = 0.0  # the first message is due at once
+
+    def due(self, now: float, *, finished: bool = False) -> bool:
+        return finished or now >= self.send_at
+
+    def sent(self, now: float) -> None:
+        """A message left at ``now``."""
+        self.send_at = next_due(self.send_at, now, self.interval_s)
 
 
 def merge_deltas(deltas: list[Delta]) -> Delta:
@@ -65,8 +99,7 @@ async def coalesce(source: AsyncIterator[Delta], interval_s: float) -> AsyncGene
     loop = asyncio.get_running_loop()
     pending: asyncio.Future[Delta] | None = None
     buffer: list[Delta] = []
-    due = 0.0  # when the next chunk is due (next_due); the first goes out at once
-    sent_any = False
+    cadence = Cadence(interval_s)
     try:
         while True:
             if buffer:
@@ -74,12 +107,12 @@ async def coalesce(source: AsyncIterator[Delta], interval_s: float) -> AsyncGene
                 # runs as a task so that the timeout leaves it (and the engine request) alive.
                 if pending is None:
                     pending = asyncio.ensure_future(anext(source))
-                timeout = max(0.0, due - loop.time())
+                timeout = max(0.0, cadence.send_at - loop.time())
                 done, _ = await asyncio.wait((pending,), timeout=timeout)
                 if not done:  # interval over: send what we have, keep waiting for the engine
                     yield merge_deltas(buffer)
                     buffer = []
-                    due = next_due(due, loop.time(), interval_s)
+                    cadence.sent(loop.time())
                     continue
                 pull, pending = pending, None
             try:
@@ -105,13 +138,12 @@ async def coalesce(source: AsyncIterator[Delta], interval_s: float) -> AsyncGene
                 raise
             buffer.append(delta)
             now = loop.time()
-            if delta.finished or not sent_any or now >= due:
+            if cadence.due(now, finished=delta.finished):
                 # The first token goes out at once, the final delta needs no more waiting, and a delta that
                 # comes after the interval is over has waited long enough.
                 yield merge_deltas(buffer)
                 buffer = []
-                due = next_due(due, now, interval_s)
-                sent_any = True
+                cadence.sent(now)
                 if delta.finished:
                     return
     finally:

@@ -21,7 +21,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from core.errors import EngineConfigError, EngineDeadError, OverloadedError
-from engines.coalesce import coalesce
+from engines.coalesce import coalesce, interval_s
 from engines.config import HFEngineConfig
 from engines.output import OutputStream, stop_token_ids
 from engines.protocol import (
@@ -258,8 +258,7 @@ class HFEngine(Engine):
     # ---------------------------------------------------------------- generation
 
     def generate(self, request: GenerationRequest) -> AsyncGenerator[Delta, None]:
-        interval_s = self.config.coalesce.interval_ms / 1000.0
-        return coalesce(self._stream(request), interval_s)
+        return coalesce(self._stream(request), interval_s(self.config))
 
     def _admit(self, request: GenerationRequest) -> None:
         if self._manager is None or self._stopped:

@@ -51,7 +51,7 @@ from httpx_sse import EventSource
 
 from core.errors import EngineConfigError, EngineDeadError, InvalidRequestError, OverloadedError
 from engines.checkpoint import CheckpointInfo, validate_engine_config, visible_gpu_count
-from engines.coalesce import coalesce
+from engines.coalesce import coalesce, interval_s
 from engines.config import OpenAIServerEngineConfig, is_trtllm_serve
 from engines.output import OutputStream
 from engines.ports import free_port
@@ -388,7 +388,7 @@ class OpenAIServerEngine(Engine):
         )
 
     def generate(self, request: GenerationRequest) -> AsyncGenerator[Delta, None]:
-        return coalesce(self._stream(request), self._config.coalesce.interval_ms / 1000.0)
+        return coalesce(self._stream(request), interval_s(self._config))
 
     async def _stream(self, request: GenerationRequest) -> AsyncIterator[Delta]:
         client = self._client_or_dead()

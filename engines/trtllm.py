@@ -57,7 +57,7 @@ from typing import Any, NamedTuple
 
 from core.errors import EngineConfigError, EngineDeadError, InvalidRequestError
 from engines.checkpoint import CheckpointInfo, validate_engine_config, visible_gpu_count
-from engines.coalesce import coalesce
+from engines.coalesce import coalesce, interval_s
 from engines.config import TRTLLMEngineConfig
 from engines.output import OutputStream
 from engines.protocol import (
@@ -414,7 +414,7 @@ class TRTLLMEngine(Engine):
         return candidate if isinstance(candidate, int) and candidate > 0 else 0
 
     def generate(self, request: GenerationRequest) -> AsyncGenerator[Delta, None]:
-        return coalesce(self._stream(request), self._config.coalesce.interval_ms / 1000.0)
+        return coalesce(self._stream(request), interval_s(self._config))
 
     async def _stream(self, request: GenerationRequest) -> AsyncIterator[Delta]:
         self._ensure_alive()

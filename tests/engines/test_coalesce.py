@@ -6,7 +6,8 @@ import asyncio
 
 import pytest
 
-from engines.coalesce import coalesce, merge_deltas, next_due
+from engines.coalesce import Cadence, coalesce, interval_s, merge_deltas, next_due
+from engines.config import CoalesceConfig, HFEngineConfig
 from engines.protocol import Delta
 
 
@@ -132,3 +133,21 @@ def test_the_next_message_is_due_an_interval_after_the_last_was_due_not_after_it
     assert next_due(10.05, 10.07, 0.05) == pytest.approx(10.10)  # sent 20 ms late: the next one keeps the cadence
     assert next_due(10.05, 10.2, 0.05) == pytest.approx(10.25)  # more than an interval behind: one after now
     assert next_due(10.05, 10.07, 0.0) == pytest.approx(10.07)  # no interval: always due
+
+
+def test_a_cadence_sends_the_first_and_a_finished_message_at_once_the_others_an_interval_apart():
+    cadence = Cadence(0.05)
+    assert cadence.due(10.0)  # the first message
+    cadence.sent(10.0)
+    assert not cadence.due(10.03)
+    assert cadence.due(10.03, finished=True)  # the last one does not wait
+    assert cadence.due(10.06)
+    cadence.sent(10.07)  # left 20 ms late: the next one keeps the cadence (next_due)
+    assert not cadence.due(10.09)  # due at 10.10, not 10.12
+    assert cadence.due(10.11)
+
+
+def test_the_interval_is_the_configs_coalesce_interval_and_none_without_one():
+    assert interval_s(HFEngineConfig(model="builtin:tiny", coalesce=CoalesceConfig(interval_ms=25))) == 0.025
+    assert interval_s(HFEngineConfig(model="builtin:tiny", coalesce=CoalesceConfig(interval_ms=0))) == 0.0
+    assert interval_s(object()) == 0.0
