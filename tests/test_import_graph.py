@@ -201,3 +201,20 @@ def test_core_imports_no_other_package_of_the_project() -> None:
 
 def test_sim_does_not_import_bench() -> None:
     assert {(name, target) for name, target in _imports_out_of("sim") if target.split(".")[0] == "bench"} == set()
+
+
+def test_a_cycle_hidden_in_source_files_is_found(tmp_path: Path) -> None:
+    # The whole path on files: a -> b at import time, b -> a only inside a function, c -> a under TYPE_CHECKING.
+    sources = {
+        "pkg.a": "import pkg.b\n",
+        "pkg.b": "def f():\n    from pkg import a\n",
+        "pkg.c": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.a import A\n",
+    }
+    paths = {}
+    for name, text in sources.items():
+        paths[name] = tmp_path / f"{name.split('.')[-1]}.py"
+        paths[name].write_text(text)
+    modules = {"pkg": tmp_path / "__init__.py", **paths}
+    graph = {name: _imports(name, path, modules) for name, path in paths.items()}
+    assert graph["pkg.c"] == {"pkg.a"}
+    assert find_cycles(graph) == [["pkg.a", "pkg.b", "pkg.a"]]
