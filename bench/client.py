@@ -188,6 +188,7 @@ async def send_request(
             timing = server_timing(response.headers.get("server-timing"))
             record.server_ingress_ms, record.server_engine_ms = timing.get("ingress"), timing.get("engine")
             record.server_request_id = response.headers.get("x-request-id")
+            record.replica = response.headers.get("x-route-replica")
             if response.status_code != 200:
                 await response.aread()
                 record.error_type, record.error_message = _http_error(response)

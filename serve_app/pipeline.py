@@ -43,6 +43,7 @@ from serve_app.limiter import Admission, SharedLimits
 from serve_app.metrics import IngressMetrics, RequestRecorder, count_request
 from serve_app.openai_api import ChatCompletionRequest, CompletionRequest, parse_request
 from serve_app.prompting import PromptBuilder
+from serve_app.replica_router import replica_of
 from serve_app.routing import RouteTicket, RoutingTable
 
 logger = logging.getLogger("ray.serve")
@@ -308,6 +309,9 @@ class Pipeline:
         now = self._clock()
         self._book.first_token(flight.ticket, now)
         flight.headers["server-timing"] = server_timing(flight.arrived_at, dispatched_at, now)
+        replica = replica_of(flight.request_id)  # the replica that served it, where our request router chose it
+        if replica is not None:
+            flight.headers["x-route-replica"] = replica
         flight.recorder.chunk(first.completion_tokens)
         flight.last = first
         logger.info("request %s -> %s (%s, %d prompt tokens)", flight.request_id, variant, reason, len(prompt_ids))

@@ -14,6 +14,7 @@ Each ingress replica's handle knows only what it sent itself, as with the router
 
 from __future__ import annotations
 
+import collections
 import random
 import time
 from typing import Any
@@ -26,6 +27,27 @@ from router.replica_backlog import prefill_backlog
 
 # serve.deployment(...).options(request_router_config=...) takes the class by import path.
 IMPORT_PATH = "serve_app.replica_router:LeastPrefillRequestRouter"
+
+# Which replica each generate call went to, by its GenerationRequest's id, for the ingress to name in the
+# response (x-route-replica): the request routers of a process's handles share it (they run in the caller's
+# process, on its event loop). Bounded: an entry nobody asks for (a request that failed before its first token)
+# must not stay forever.
+_SERVED_BY: collections.OrderedDict[str, str] = collections.OrderedDict()
+_SERVED_BY_MAX = 4096
+
+
+def replica_of(request_id: str) -> str | None:
+    """The id (Serve's ``unique_id``, as in the stats board and GET /variants) of the replica that the request
+    router sent generate request ``request_id`` to, once; None when no router of ours routed it (Serve's default
+    router, ``replica_choice: power_of_two``) or it was asked already."""
+    return _SERVED_BY.pop(request_id, None)
+
+
+def _note_served_by(request_id: str, replica: str) -> None:
+    _SERVED_BY[request_id] = replica  # a retry on another replica replaces the first
+    _SERVED_BY.move_to_end(request_id)
+    while len(_SERVED_BY) > _SERVED_BY_MAX:
+        _SERVED_BY.popitem(last=False)
 
 
 def _prompt_tokens(request: PendingRequest) -> int:
@@ -59,6 +81,10 @@ class LeastPrefillRequestRouter(FIFOMixin, RequestRouter):
     def on_request_routed(self, pending_request: PendingRequest, replica_id: ReplicaID, result: Any) -> None:
         sent = self._sent.setdefault(replica_id, {})
         sent[pending_request.metadata.internal_request_id] = (_prompt_tokens(pending_request), time.monotonic())
+        for arg in pending_request.args:
+            if isinstance(arg, GenerationRequest):
+                # A ReplicaID's unique_id (anything else, as in tests, by its string).
+                _note_served_by(arg.request_id, str(getattr(replica_id, "unique_id", replica_id)))
 
     def on_request_completed(self, replica_id: ReplicaID, internal_request_id: str) -> None:
         sent = self._sent.get(replica_id)

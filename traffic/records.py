@@ -46,6 +46,7 @@ class RequestRecord:
     server_ingress_ms: float | None = None
     server_engine_ms: float | None = None
     server_request_id: str | None = None  # response header x-request-id
+    replica: str | None = None  # response header x-route-replica: the engine replica that served it (Serve's id)
     done: bool = False  # the stream ended with data: [DONE]
     cancelled: bool = False  # the client abandoned the stream on purpose (RequestSpec.cancel_after_chunks)
 

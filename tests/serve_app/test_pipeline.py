@@ -17,6 +17,7 @@ import pytest
 
 from core.errors import EngineDeadError
 from engines.protocol import Delta
+from serve_app import replica_router
 from serve_app.pipeline import CLIENT_CLOSED, Inbound, RequestFailed
 from tests.serve_app.fake_engine import Harness, answer, harness
 
@@ -63,6 +64,18 @@ async def test_a_request_streams_its_deltas_and_is_released_as_a_success():
     assert {"x-route-variant", "x-route-reason", "server-timing"} <= set(flight.headers)
     _released(h, "200", cancelled=False)
     assert h.streams()[0].request.request_id == "req-1"
+
+
+async def test_the_replica_our_request_router_chose_is_named_in_the_response():
+    h = harness(lambda r: answer(2))
+    named = h.pipeline.flight("req-named")
+    # What LeastPrefillRequestRouter.on_request_routed notes when the handle sends the generate call.
+    replica_router._note_served_by("req-named", "replica-7")
+    await _all(h.pipeline.run(named, _inbound(_body())))
+    assert named.headers["x-route-replica"] == "replica-7"
+    unnamed = h.pipeline.flight("req-unnamed")  # Serve's own router chose (or none noted it): no header
+    await _all(h.pipeline.run(unnamed, _inbound(_body())))
+    assert "x-route-replica" not in unnamed.headers
 
 
 async def test_the_first_token_and_the_close_reach_the_routing_tables_book():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from types import SimpleNamespace
+from typing import NamedTuple
 
 import httpx
 import pytest
@@ -13,7 +14,7 @@ from ray import serve
 from engines.protocol import GenerationRequest, SamplingParams
 from serve_app.app import build_app
 from serve_app.config import VariantConfig
-from serve_app.replica_router import IMPORT_PATH, LeastPrefillRequestRouter
+from serve_app.replica_router import IMPORT_PATH, LeastPrefillRequestRouter, replica_of
 
 
 def _router(prefill_tokens_per_s: float) -> LeastPrefillRequestRouter:
@@ -45,6 +46,21 @@ def test_a_replica_with_a_long_prompt_queued_is_ranked_after_one_with_short_ones
     router.on_request_completed("a", "r1")  # the long request ended: a has nothing queued now
 
     assert _ranked(router, [long_one, short_ones]) == ["a", "b"]
+
+
+class _ReplicaID(NamedTuple):  # hashable, with a ReplicaID's unique_id
+    unique_id: str
+
+
+def test_the_replica_a_generate_call_went_to_is_named_once_by_its_request_id():
+    router = _router(prefill_tokens_per_s=1.0)
+    router.on_request_routed(_pending("g1", 10), _ReplicaID("replica-a"), None)
+    router.on_request_routed(_pending("g2", 10), _ReplicaID("replica-b"), None)
+    router.on_request_routed(_pending("g2", 10), _ReplicaID("replica-c"), None)  # sent once more
+
+    assert (replica_of("g1"), replica_of("g2")) == ("replica-a", "replica-c")
+    assert replica_of("g1") is None  # asked once
+    assert replica_of("never-routed") is None
 
 
 def test_calls_without_a_prompt_count_as_no_prefill_work():
