@@ -26,6 +26,7 @@ import contextlib
 import dataclasses
 import json
 import multiprocessing
+import os
 import shlex
 import sys
 import time
@@ -49,10 +50,16 @@ from traffic.workload import build_requests
 
 APP = "spike"
 POLL_S = 0.5
+LOADAVG_S = 5.0  # how often the machine's load average is sampled during a trace (loadavg.jsonl)
 
 # What every Serve replica imports before its constructor runs (the Serve replica wrapper and the app): with a warm
 # worker pool, a prestarted worker has them loaded already.
 PRELOAD_MODULES = ("ray.serve", "serve_app.app")
+
+# The bench's warm pool by default (session 12): the fleet's 10 replicas at the peak, the ingress, Serve's controller
+# and proxy, with room to spare. Without it every new replica first waits, two at a time, for a process to start on
+# the cores the spike loads (docs/autoscaling.md), a cost a GPU node does not have.
+WARM_WORKERS = 24
 
 
 def warm_pool_env(workers: int) -> dict[str, str]:
@@ -163,10 +170,27 @@ async def _poll_status(stop: asyncio.Event, clock: MonotonicClock, start: float,
     return ready
 
 
+async def _poll_loadavg(stop: asyncio.Event, clock: MonotonicClock, start: float) -> list[dict[str, float]]:
+    """The machine's 1-minute load average every ``LOADAVG_S`` (the runs share two cores with other work: what
+    a figure was measured under)."""
+    samples: list[dict[str, float]] = []
+    while not stop.is_set():
+        samples.append({"t_s": round(clock.now() - start, 1), "load_1m": os.getloadavg()[0]})
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=LOADAVG_S)
+    return samples
+
+
+def load_summary(samples: Sequence[Mapping[str, float]]) -> tuple[float, float] | None:
+    """(mean, max) of a trace's 1-minute load averages; None without samples."""
+    loads = [float(s["load_1m"]) for s in samples]
+    return (sum(loads) / len(loads), max(loads)) if loads else None
+
+
 async def drive(
     url: str, fleet: SpikeFleet, shape: SpikeShape, duration_s: float, seed: int, progress: bool
-) -> tuple[list[RequestRecord], list[ReplicaSample]]:
-    """Replay the trace against ``url`` while polling replicas."""
+) -> tuple[list[RequestRecord], list[ReplicaSample], list[dict[str, float]]]:
+    """Replay the trace against ``url`` while polling replicas and the machine's load average."""
     from bench.spike_fleet import workload
 
     specs = build_requests(workload(fleet, seed), arrival_times(shape, seed))
@@ -176,12 +200,13 @@ async def drive(
     stop = asyncio.Event()
     start = clock.now()
     poller = asyncio.create_task(_poll_status(stop, clock, start, fleet))
+    loads = asyncio.create_task(_poll_loadavg(stop, clock, start))
     try:
         result = await run_load(target, load, specs, clock=clock)  # its own connections, one per stream
     finally:
         stop.set()
     ready = await poller
-    return sorted(result.records, key=lambda r: r.index), ready
+    return sorted(result.records, key=lambda r: r.index), ready, await loads
 
 
 def _run_mode(mode: Mode, shape_name: str, url: str, out: Path, args: argparse.Namespace, fleet: SpikeFleet) -> Any:
@@ -193,13 +218,14 @@ def _run_mode(mode: Mode, shape_name: str, url: str, out: Path, args: argparse.N
     serve.run(build_app(app_args(fleet, mode)), name=APP, route_prefix="/")  # returns once every replica runs
     began = time.time()
     try:
-        records, ready = asyncio.run(drive(url, fleet, shape, duration, args.seed, args.progress))
+        records, ready, loads = asyncio.run(drive(url, fleet, shape, duration, args.seed, args.progress))
     finally:
         serve.delete(APP)
     folder = out / mode
     folder.mkdir(parents=True, exist_ok=True)
     write_jsonl(records, folder / "records.jsonl")
     write_samples(ready, folder / "replicas.jsonl")
+    write_jsonl_dicts(loads, folder / "loadavg.jsonl")
     return records, ready, began
 
 
@@ -219,7 +245,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "--scale-ahead-s",
         type=float,
         default=None,
-        help="our policy's predictive term (AutoscalingSpec.scale_ahead_s): set it to a new replica's start-up time",
+        help="our policy's predictive term (AutoscalingSpec.scale_ahead_s; default the fleet's, 20 s): set it to a "
+        "new replica's start-up time; 0 turns it off",
     )
     p.add_argument("--sim-only", action="store_true", help="only the simulator (seconds; for sizing a fleet)")
     p.add_argument(
@@ -240,9 +267,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument(
         "--warm-workers",
         type=int,
-        default=0,
+        default=WARM_WORKERS,
         help="keep this many Ray worker processes started, the app imported, before the trace (warm_pool_env; "
-        "0: Ray's defaults, two at a time on this machine); pass the same value to --rescore",
+        f"default {WARM_WORKERS}: every replica of the fleet and Serve's own actors; 0: Ray's defaults, two "
+        "processes at a time on this machine); pass the same value to --rescore (0 for runs before session 12)",
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-progress", dest="progress", action="store_false")
@@ -281,6 +309,8 @@ def render(
     startup: dict[str, float | None],
     extra_s: float | None = None,
     fit: StartFit | None = None,
+    warm_workers: int = 0,
+    loads: Mapping[str, tuple[float, float] | None] | None = None,
 ) -> str:
     shape = SHAPES[shape_name]
     windows = ", ".join(f"{a:.0f}-{b:.0f} s" for a, b in shape.peak_windows())
@@ -304,6 +334,17 @@ def render(
         f"target batch utilization {fleet.target_batch_utilization:g}, scale ahead {fleet.scale_ahead_s:g} s; "
         "Serve's default with "
         + ", ".join(f"target_ongoing_requests {v.target_ongoing_requests:g} ({v.name})" for v in fleet.variants),
+        f"* Ray worker pool: {warm_workers} warm workers with the app imported"
+        if warm_workers
+        else "* Ray worker pool: Ray's defaults",
+    ]
+    lines += [
+        f"* Load average (1 min) during the {mode} trace: mean {mean:.1f}, max {peak:.1f}"
+        for mode, summary in (loads or {}).items()
+        if summary is not None
+        for mean, peak in [summary]
+    ]
+    lines += [
         "",
         "| | |",
         "|---|---|",
@@ -360,6 +401,7 @@ def run(args: argparse.Namespace) -> int:
         records_by_mode: dict[str, list[RequestRecord]] = {}
         starts_by_mode: dict[str, list[dict[str, Any]]] = {}
         traces: dict[str, float] = {}  # when each autoscaled mode's trace began (epoch s): its replica starts follow
+        loads: dict[str, tuple[float, float] | None] = {}
         if not args.sim_only and not args.rescore:
             import ray
 
@@ -370,6 +412,7 @@ def run(args: argparse.Namespace) -> int:
                     records, ready, began = _run_mode(mode, shape_name, url, out, args, fleet)
                     real.append(mode_report(mode, "serve", records, ready, fleet, shape.peak_windows(), duration))
                     ready_by_mode[mode], records_by_mode[mode] = ready, records
+                    loads[mode] = load_summary(read_jsonl_dicts(out / mode / "loadavg.jsonl"))
                     # Which command recorded this mode (a rescore may join modes recorded one run at a time).
                     (out / mode / "command.txt").write_text(f"{command}\n")
                     if mode != "fixed":
@@ -394,6 +437,8 @@ def run(args: argparse.Namespace) -> int:
                 records, ready = read_jsonl(out / mode / "records.jsonl"), read_samples(out / mode / "replicas.jsonl")
                 real.append(mode_report(mode, "serve", records, ready, fleet, shape.peak_windows(), duration))
                 ready_by_mode[mode], records_by_mode[mode] = ready, records
+                if (out / mode / "loadavg.jsonl").exists():  # runs from before session 12 have none
+                    loads[mode] = load_summary(read_jsonl_dicts(out / mode / "loadavg.jsonl"))
                 if mode != "fixed" and (out / mode / "starts.jsonl").exists():
                     starts_by_mode[mode] = read_jsonl_dicts(out / mode / "starts.jsonl")
         all_starts = [s for mode_starts in starts_by_mode.values() for s in mode_starts]
@@ -422,7 +467,9 @@ def run(args: argparse.Namespace) -> int:
             )
             if extra is not None:
                 payload.setdefault("extra_startup_s", {})[shape_name] = extra
-        (out / "report.md").write_text(render(shape_name, fleet, duration, command, real, sims, startup, extra, fit))
+        (out / "report.md").write_text(
+            render(shape_name, fleet, duration, command, real, sims, startup, extra, fit, args.warm_workers, loads)
+        )
         if records_by_mode:
             plots.spike_plot(
                 records_by_mode, ready_by_mode, [v.name for v in fleet.variants], out / "load_and_replicas.png"
@@ -434,6 +481,8 @@ def run(args: argparse.Namespace) -> int:
             "duration_s": duration,
             "measured_startup_s": startup,
             "start_queue": None if fit is None else dataclasses.asdict(fit),
+            "warm_workers": args.warm_workers,
+            "load_average_1m": {m: None if v is None else {"mean": v[0], "max": v[1]} for m, v in loads.items()},
             "serve": {r.mode: r.model_dump() for r in real},
             "sim": {k: {r.mode: r.model_dump() for r in rs} for k, rs in sims.items()},
         }

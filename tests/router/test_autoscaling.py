@@ -231,3 +231,14 @@ def test_a_rising_demand_is_met_where_it_will_be_once_new_replicas_are_up():
     assert scaled_ahead(now, [(0.0, 1.0), (1.0, 50.0), (2.0, 99.0)], ctx, ahead).replicas == 8  # within max
     young = ScalingTargets(scale_ahead_s=10.0, trend_window_s=10.0)
     assert scaled_ahead(now, history, ctx, young).replicas == now.replicas  # 2 s of a 10 s window: no trend yet
+
+
+def test_a_fleet_with_room_for_its_demand_does_not_scale_ahead_on_its_noise():
+    ahead = ScalingTargets(scale_ahead_s=10.0, trend_window_s=2.0)
+    rising = [(0.0, 1.0), (1.0, 1.5), (2.0, 2.0)]  # +0.5 replicas a second, now asking for 2
+    ctx = context(replica(running_requests=3), replica(running_requests=3))  # 2 replicas run: room for it
+    now = desired_replicas(ctx, ahead)
+
+    assert scaled_ahead(now, rising, ctx, ahead) == now  # no projection while the running replicas cover the ask
+    short = context(replica(running_requests=3), replica(running_requests=3), current=1)  # one of them still starts
+    assert scaled_ahead(desired_replicas(short, ahead), rising, short, ahead).replicas == 7  # 2 + 0.5 x 10
