@@ -189,6 +189,7 @@ async def send_request(
             record.server_ingress_ms, record.server_engine_ms = timing.get("ingress"), timing.get("engine")
             record.server_request_id = response.headers.get("x-request-id")
             record.replica = response.headers.get("x-route-replica")
+            record.ingress = response.headers.get("x-route-ingress")
             if response.status_code != 200:
                 await response.aread()
                 record.error_type, record.error_message = _http_error(response)

@@ -85,6 +85,7 @@ class Ingress(HttpRoutes, GrpcRoutes):
             metrics=IngressMetrics(),
             unwrap=unwrap_ray_error,
             replica_lost=(RayActorError, ActorUnavailableError),
+            ingress_id=serve.get_replica_context().replica_id.unique_id,  # x-route-ingress
         )
         HttpRoutes.__init__(self, pipeline, lambda: board.snapshot.remote(), serve_request_id)
         GrpcRoutes.__init__(self, pipeline, serve_request_id)

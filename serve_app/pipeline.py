@@ -140,12 +140,14 @@ class Pipeline:
         clock: Callable[[], float] = time.monotonic,
         unwrap: Callable[[BaseException], BaseException] = _same,
         replica_lost: tuple[type[BaseException], ...] = (),
+        ingress_id: str | None = None,
     ) -> None:
         """``engines``: variant name -> streaming handle, ``handle.generate.remote(GenerationRequest)`` an async
         iterator of :class:`Delta` with ``cancel()`` (Serve's ``DeploymentHandle.options(stream=True)``).
         ``clock``: monotonic seconds, the routing table's clock too. ``unwrap``: the error an engine raised, from
         what its transport wrapped it in. ``replica_lost``: errors that mean the replica died before the first
-        token, so that the request goes once more to the variant."""
+        token, so that the request goes once more to the variant. ``ingress_id``: this ingress replica's name in
+        responses (x-route-ingress), beside the engine replica's (x-route-replica)."""
         self.config = config
         self.keys = keys
         self.routing = routing
@@ -157,6 +159,7 @@ class Pipeline:
         self._clock = clock
         self._unwrap = unwrap
         self._replica_lost = replica_lost
+        self._ingress_id = ingress_id
         self.created = int(time.time())  # the models' "created" time
 
     def model_names(self) -> list[str]:
@@ -312,6 +315,8 @@ class Pipeline:
         replica = replica_of(flight.request_id)  # the replica that served it, where our request router chose it
         if replica is not None:
             flight.headers["x-route-replica"] = replica
+        if self._ingress_id is not None:
+            flight.headers["x-route-ingress"] = self._ingress_id
         flight.recorder.chunk(first.completion_tokens)
         flight.last = first
         logger.info("request %s -> %s (%s, %d prompt tokens)", flight.request_id, variant, reason, len(prompt_ids))

@@ -47,6 +47,7 @@ class RequestRecord:
     server_engine_ms: float | None = None
     server_request_id: str | None = None  # response header x-request-id
     replica: str | None = None  # response header x-route-replica: the engine replica that served it (Serve's id)
+    ingress: str | None = None  # response header x-route-ingress: the ingress replica that routed it
     done: bool = False  # the stream ended with data: [DONE]
     cancelled: bool = False  # the client abandoned the stream on purpose (RequestSpec.cancel_after_chunks)
 

@@ -73,9 +73,12 @@ async def test_the_replica_our_request_router_chose_is_named_in_the_response():
     replica_router._note_served_by("req-named", "replica-7")
     await _all(h.pipeline.run(named, _inbound(_body())))
     assert named.headers["x-route-replica"] == "replica-7"
+    assert "x-route-ingress" not in named.headers  # a pipeline not told its ingress's name
     unnamed = h.pipeline.flight("req-unnamed")  # Serve's own router chose (or none noted it): no header
+    h.pipeline._ingress_id = "ingress-a"  # what the Ingress deployment passes: its Serve replica id
     await _all(h.pipeline.run(unnamed, _inbound(_body())))
     assert "x-route-replica" not in unnamed.headers
+    assert unnamed.headers["x-route-ingress"] == "ingress-a"
 
 
 async def test_the_first_token_and_the_close_reach_the_routing_tables_book():
