@@ -1,19 +1,41 @@
 #!/bin/bash
-# On the H200 host: the routing bench's emulated fleets through real Serve, every policy at once (--parallel).
-# Run it with the device tool from the repository root, carrying only the Ray pack (.device/ray-site.tar.xz, from
-# ../shared/tools/pack-ray-for-device.sh; the emulated engine needs no transformers):
-#   bash bench/device/run_fleet.sh two_variant 520 1.0 180 2 "slo length_threshold"
-# args: scenario, timeout (s), fleet scale, seconds per point, ingress replicas, policies (default: all five).
-# Records sit deeper than the device returns: bench/device/fleet_digest.py summarises them there.
-mkdir -p /tmp/site && tar -C /tmp/site -xJf .device/ray-site.tar.xz
-python3 -m pip install -q --no-index --no-deps --upgrade --target /tmp/site .device/whl/*.whl 2>&1 | tail -2
+# On the H200 host: the routing bench's emulated fleets through real Serve (its CPUs; the emulated engine uses no
+# GPU), every policy given at once (--parallel), the simulator on the same requests beside each, then the digest
+# (bench/device/fleet_digest.py: real against simulated per policy, the replica and ingress each request went
+# through, short requests behind a long prefill on their replica).
+# Run it with the device tool from the repository root, carrying .device (bench/device/pack.sh: Ray for the image's
+# Python; the emulated engine needs no transformers), e.g.
+#   bash bench/device/run_fleet.sh two_variant 540 1.0 150 2 "slo length_threshold"
+# args: scenario, timeout (s), fleet scale, seconds per point, ingress replicas, policies (default: all five),
+# router JSON (default: {"ttft_path_ms": 60}, as runs 6-7).
+# What comes back under $OUT/$1: report.md, sweep.json, log.txt, digest.txt, compact.jsonl.gz (one row per request,
+# real and simulated), uptime.txt, top.txt; the records themselves sit deeper than the device returns and are
+# deleted.
+set -u
+SCENARIO=$1 LIMIT=$2 SCALE=$3 DURATION=$4 INGRESS=$5
+POLICIES=${6:-slo round_robin least_loaded length_threshold largest}
+ROUTER=${7:-'{"ttft_path_ms": 60}'}
+mkdir -p /tmp/site
+if [ -f .device/ray-site-stripped.tar.xz ]; then
+  tar -C /tmp/site -xJf .device/ray-site-stripped.tar.xz
+else
+  tar -C /tmp/site -xJf .device/ray-site.tar.xz
+  python3 -m pip install -q --no-index --no-deps --upgrade --target /tmp/site .device/whl/*.whl 2>&1 | tail -2
+fi
 export PYTHONPATH=/tmp/site:$PWD HF_HUB_OFFLINE=1
-(while sleep 20; do top -b -n 1 -w 200 | head -12; done) > $OUT/top.txt 2>&1 &
+R=$OUT/$SCENARIO
+mkdir -p "$R"
+{ git log --oneline -1 2>/dev/null; git status --short 2>/dev/null | head -20; nproc; } > "$R/commit.txt"
+(while true; do uptime >> "$R/uptime.txt"; top -b -n 1 -w 200 | head -14 >> "$R/top.txt"; sleep 20; done) &
 TOP=$!
-timeout $2 python3 -m bench routing --scenario $1 --fleet-scale $3 --duration-s $4 --rate-fractions 1.0 --parallel \
-  --ingress-replicas $5 --policies ${6:-slo round_robin least_loaded length_threshold largest} --request-timeout-s 150 --out $OUT/$1 > $OUT/$1.log 2>&1
-echo "rc $?"; kill $TOP
-grep -E "req/s:|Bar|Agreement" $OUT/$1.log
-python3 bench/device/fleet_digest.py $OUT/$1 | tee $OUT/digest.txt
-find $OUT/$1 -name "*records.jsonl" -delete
-ls -la $OUT
+# shellcheck disable=SC2086  # POLICIES is a list of words
+timeout -s INT "$LIMIT" python3 -m bench routing --scenario "$SCENARIO" --fleet-scale "$SCALE" --duration-s "$DURATION" \
+  --rate-fractions 1.0 --parallel --ingress-replicas "$INGRESS" --policies $POLICIES --request-timeout-s 150 \
+  --router "$ROUTER" --out "$R/run" --json "$R/sweep.json" > "$R/log.txt" 2>&1
+echo "rc $?" >> "$R/log.txt"
+kill $TOP
+grep -E "req/s:|Bar|Agreement|rc " "$R/log.txt"
+cp "$R/run/report.md" "$R/report.md" 2>/dev/null
+python3 bench/device/fleet_digest.py "$R/run" "$R/compact.jsonl.gz" | tee "$R/digest.txt"
+find "$R/run" -name "*records.jsonl" -delete
+ls -la "$R"
