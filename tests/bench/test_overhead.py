@@ -166,6 +166,8 @@ def test_the_sidecar_path_relays_the_engine_server_through_the_stack(tmp_path, k
         assert (levels[name]["errors"], levels[name]["requests"]) == (0, 3), name
     # The same requests, every output as long as asked, alone and through the relay.
     assert 0 < levels["sidecar"]["output_tokens"] == levels["engine_server"]["output_tokens"] <= 18
-    assert {"engine_server", "variant-engine", "Ingress"} <= set(levels["sidecar"]["cpu_s"]), levels["sidecar"]
+    # The relay's roles always work enough to show; the server's CPU over 18 tokens can stay under what the
+    # readings keep (5 ms; the kernel counts in 10 ms ticks), and its role's name is tested in test_process_cpu.
+    assert {"variant-engine", "Ingress"} <= set(levels["sidecar"]["cpu_s"]), levels["sidecar"]
     if kind == "fake-trtllm":  # one event per token at interval 1; fewer at 4
         assert levels["engine_server"]["tokens_per_message"] > 1.0
