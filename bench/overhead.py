@@ -242,6 +242,9 @@ def stack_app_args(
         ],
         "ingress": {"num_replicas": ingress_replicas, "max_ongoing_requests": max(1024, 2 * max_concurrency)},
         "limits": {"max_tokens_limit": max(4096, max_tokens)},
+        # Every path serves every request: admission control (router/shedding.py) would answer a closed loop's
+        # queue with 429s, and the comparison would be of policies, not of the streaming path's cost.
+        "router": {"shed_ttft_ratio": None},
     }
 
 

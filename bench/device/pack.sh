@@ -3,7 +3,7 @@
 # (the device's carry limit is 64 MiB, the tree included):
 #   .device/ray-site-stripped.tar.xz   ray[serve] 2.60 and its missing deps for Python 3.12, debug symbols stripped
 #   .device/transformers-trim.tar.xz   transformers 5.24 (the image has 5.17) with only the models the benches use
-#   .device/pyspy/*.whl                py-spy, for `bench overhead --profile`
+#   .device/py-spy.xz                  py-spy's binary, stripped, for `bench overhead --profile`
 # usage (from the repository root): bash bench/device/pack.sh      then carry .device/ in the device run.
 # On the device: bash bench/device/unpack.sh (sets up /tmp/site; source it for PYTHONPATH and PATH).
 set -euo pipefail
@@ -14,7 +14,10 @@ trap 'rm -rf "$work"' EXIT
 if [ ! -f "$out/ray-site-stripped.tar.xz" ]; then
   bash ../shared/tools/pack-ray-for-device.sh 2.60.0 "$work/pack"
   mkdir -p "$work/site" && tar -C "$work/site" -xJf "$work/pack/ray-site.tar.xz"
-  find "$work/site" -name '*.so*' -type f -exec strip --strip-debug {} + 2>/dev/null || true
+  # Serving never loads the dashboard's web client or ray.llm; symbol tables of every ELF file (Ray's binaries and
+  # extension modules keep their dynamic symbols) are a third of the pack.
+  rm -rf "$work/site"/ray/dashboard/client "$work/site"/ray/llm
+  find "$work/site" -type f \( -name '*.so*' -o -perm -u+x \) -exec sh -c 'file -b "$1" | grep -q ELF && strip --strip-unneeded "$1"' _ {} \; 2>/dev/null || true
   tar -C "$work/site" -cf - . | xz -9 -T0 > "$out/ray-site-stripped.tar.xz"
 fi
 if [ ! -f "$out/transformers-trim.tar.xz" ]; then
@@ -26,8 +29,11 @@ if [ ! -f "$out/transformers-trim.tar.xz" ]; then
   done
   tar -C "$work/tfsite" -cf - . | xz -9 -T0 > "$out/transformers-trim.tar.xz"
 fi
-if ! ls "$out"/pyspy/*.whl > /dev/null 2>&1; then
+if [ ! -f "$out/py-spy.xz" ]; then
   python3 -m pip download -q --no-deps --only-binary=:all: --platform manylinux_2_17_x86_64 \
-    --platform manylinux2014_x86_64 --python-version 3.12 -d "$out/pyspy" py-spy
+    --platform manylinux2014_x86_64 --python-version 3.12 -d "$work/pyspy" py-spy
+  unzip -q -o "$work"/pyspy/*.whl -d "$work/pyspy/x"
+  bin=$(find "$work/pyspy/x" -name py-spy -type f | head -1)
+  strip "$bin" && xz -9 -c "$bin" > "$out/py-spy.xz"
 fi
-ls -la "$out" "$out/pyspy"
+ls -la "$out"

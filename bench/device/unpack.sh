@@ -3,5 +3,5 @@
 mkdir -p /tmp/site
 tar -C /tmp/site -xJf .device/ray-site-stripped.tar.xz
 tar -C /tmp/site -xJf .device/transformers-trim.tar.xz
-python3 -m pip install -q --no-index --no-deps --target /tmp/pyspy .device/pyspy/*.whl 2>&1 | tail -2
+mkdir -p /tmp/pyspy/bin && xz -dc .device/py-spy.xz > /tmp/pyspy/bin/py-spy && chmod +x /tmp/pyspy/bin/py-spy
 export PATH=/tmp/pyspy/bin:$PATH PYTHONPATH=/tmp/site:$PWD HF_HUB_OFFLINE=1

@@ -67,6 +67,11 @@ async def one(mode: str) -> dict:
     await run_direct(eng, specs[:16], 16, sampling, run_id="w")
     child = psutil.Process(eng.child_pid)
     before = proc_status(child.pid)
+    spy = None
+    if os.environ.get("PYSPY_OUT"):  # the child, sampled while the measured run goes (bench/pyspy.py's way)
+        spy = subprocess.Popen(["py-spy", "record", "--nonblocking", "-r", "100", "-f", "raw", "-o",
+                                f"{os.environ['PYSPY_OUT']}-{mode}.txt", "-p", str(child.pid)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     c0 = child.cpu_times()
     w0 = time.monotonic()
     clock = MonotonicClock()
@@ -83,10 +88,16 @@ async def one(mode: str) -> dict:
     w = time.monotonic() - w0
     c1 = child.cpu_times()
     after = proc_status(child.pid)
+    if spy is not None:
+        import signal
+        spy.send_signal(signal.SIGINT)
+        spy.wait(30)
     toks = sum(r.output_tokens for r in records)
     tp = sorted(r.tpot_s for r in records if r.tpot_s)
+    tt = sorted(r.ttft_s for r in records if r.ttft_s)
     res = {
-        "mode": mode, "tok_s": round(toks / w), "tpot_p50_ms": round(tp[len(tp) // 2] * 1e3, 1),
+        "mode": mode, "ttft_p50_ms": round(tt[len(tt) // 2] * 1e3, 1), "occupancy": round(
+            sum(r.output_tokens * (r.tpot_s or 0) for r in records) / (w * C), 2), "tok_s": round(toks / w), "tpot_p50_ms": round(tp[len(tp) // 2] * 1e3, 1),
         "child_cpu_ms_per_token": round((c1.user + c1.system - c0.user - c0.system) / toks * 1e3, 3),
         "child_vol_cs": int(after["voluntary_ctxt_switches"]) - int(before["voluntary_ctxt_switches"]),
         "child_nonvol_cs": int(after["nonvoluntary_ctxt_switches"]) - int(before["nonvoluntary_ctxt_switches"]),
