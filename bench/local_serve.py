@@ -26,11 +26,8 @@ def local_serve(namespace: str, *, num_cpus: int | None = None, env: Mapping[str
     from ray import serve
 
     os.environ.update(env or {})
-    # Ray starts its workers (every Serve replica) at nice 15 by default, below this process, the load
-    # generator: on a small shared machine the client then always wins the CPU and anything else running
-    # (a test suite at nice 19) takes a third of what the stack gets. At 0 the stack competes as it would on
-    # a host of its own.
-    os.environ.setdefault("RAY_worker_niceness", "0")
+    # The fast-path defaults include the replicas' priority (RAY_worker_niceness=0): at Ray's 15 this process,
+    # the load generator, would always win the CPU over the stack it measures.
     apply_fast_path_env()
     isolate_haproxy_ports()
     ray.init(

@@ -12,7 +12,7 @@ import pytest
 from ray.serve.config import AutoscalingConfig
 
 from serve_app.config import VariantConfig
-from serve_app.fast_path import apply_fast_path_env, haproxy_tools_missing
+from serve_app.fast_path import FAST_PATH_ENV, apply_fast_path_env, haproxy_tools_missing
 from serve_app.ray_compat import (
     TESTED_RAY_VERSIONS,
     autoscaling_context,
@@ -67,7 +67,7 @@ def test_an_old_ray_defaults_the_haproxy_flag_off_with_a_warning(tmp_path: Path,
     env = {"PATH": str(tmp_path)}
     with caplog.at_level(logging.WARNING):
         flags = apply_fast_path_env(env, ray_version=OLD)
-    assert flags == {"RAY_SERVE_ENABLE_HA_PROXY": "0", "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1"}
+    assert flags == {**FAST_PATH_ENV, "RAY_SERVE_ENABLE_HA_PROXY": "0"}
     assert "off by default on Ray 2.55: its HAProxy serves no gRPC" in caplog.text
     assert env["RAY_SERVE_HAPROXY_MAXCONN"] == "4096"  # 2.55's 20000 needs more file descriptors than allowed
     assert apply_fast_path_env({"PATH": str(tmp_path)}, ray_version=CURRENT)["RAY_SERVE_ENABLE_HA_PROXY"] == "1"
