@@ -35,7 +35,7 @@ from typing import Any
 
 from core.errors import EngineConfigError, EngineDeadError, OverloadedError
 from engines.batching import ContinuousBatch, Iteration
-from engines.coalesce import next_due
+from engines.coalesce import Cadence
 from engines.config import EmulatedEngineConfig
 from engines.iteration_timer import IterationTimer
 from engines.output import OutputStream, stop_token_ids
@@ -73,10 +73,9 @@ class _Sequence:
     first_token_time: float | None = None
     last_token_at: float = 0.0  # loop time of its previous token, for the decode pace
     waiter: asyncio.Future[None] | None = None
-    # Its stream is woken with what it made only at or after this time (monotonic): the first token and the last
-    # at once, the rest once per stream interval, so the stream's work is per message, not per token.
-    send_at: float = 0.0
-    interval_s: float = 0.0
+    # When its stream is woken with what it made (monotonic): the first token and the last at once, the rest once
+    # per stream interval, so the stream's work is per message, not per token.
+    cadence: Cadence = field(default_factory=lambda: Cadence(0.0))
 
     @property
     def kv_tokens(self) -> int:
@@ -231,7 +230,7 @@ class EmulatedEngine(Engine):
         output = OutputStream(request, None, tokenizer=self.tokenizer, stop_ids=stop_ids)
         # Stop strings are matched on the text as it is made: a request with them sees every token at once, so
         # that it ends (and counts its usage) at the token that completes one, not a message later.
-        seq.interval_s = 0.0 if s.stop else self.config.coalesce.interval_ms / 1000.0
+        seq.cadence = Cadence(0.0 if s.stop else self.config.coalesce.interval_ms / 1000.0)
         self._live.add(seq)
         self._batch.enqueue(seq)
         self._batch.admit()  # as the simulator does; its prefill starts with the next iteration
@@ -241,7 +240,7 @@ class EmulatedEngine(Engine):
             while True:
                 # Wait for the next message to be due, even when tokens are already here: a consumer that comes back
                 # within the interval (its last message took a while to send) must not send one token at a time.
-                if not seq.finished and (not seq.new_ids or time.monotonic() < seq.send_at):
+                if not seq.finished and (not seq.new_ids or not seq.cadence.due(time.monotonic())):
                     seq.waiter = self._loop.create_future()
                     await seq.waiter
                 if self._stopped:
@@ -254,8 +253,7 @@ class EmulatedEngine(Engine):
                     length_reached=seq.generated >= s.max_tokens,
                     first_token_time=seq.first_token_time,
                 )
-                # The next message is due an interval after this one was (a fixed cadence, engines.coalesce.next_due).
-                seq.send_at = next_due(seq.send_at, time.monotonic(), seq.interval_s)
+                seq.cadence.sent(time.monotonic())  # the next one an interval after this one was due
                 yield delta
                 if delta.finished:
                     return
@@ -283,7 +281,7 @@ class EmulatedEngine(Engine):
     def _wake_due(self, seq: _Sequence, now: float) -> None:
         """Wakes a decoding stream if its message is due: its last token, or its interval is over (the first token
         wakes it at once, in ``_end_iteration``)."""
-        if seq.finished or now >= seq.send_at:
+        if seq.cadence.due(now, finished=seq.finished):
             self._wake(seq)
 
     # ---------------------------------------------------------------- the iteration loop

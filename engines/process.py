@@ -33,7 +33,7 @@ from typing import Any
 
 from core.errors import EngineDeadError
 from engines import engine_core
-from engines.coalesce import merge_deltas, next_due
+from engines.coalesce import Cadence, merge_deltas
 from engines.config import CoalesceConfig, EngineConfig
 from engines.ipc import Channel, delta_from_wire
 from engines.protocol import Delta, Engine, EngineStats, GenerationRequest
@@ -62,22 +62,22 @@ class _Inbox:
     """One stream's undelivered items (delta tuples, then None or an error); cheaper than an asyncio.Queue.
 
     Its consumer is woken once per message: when its first delta comes, when the last does (a finish, the end
-    or an error), and otherwise once ``send_at`` (monotonic) has passed, with everything that came meanwhile.
+    or an error), and otherwise when its ``cadence`` (monotonic) says, with everything that came meanwhile.
     """
 
-    __slots__ = ("items", "send_at", "waiter")
+    __slots__ = ("cadence", "items", "waiter")
 
-    def __init__(self) -> None:
+    def __init__(self, interval_s: float) -> None:
         self.items: list[Any] = []
         self.waiter: asyncio.Future[None] | None = None
-        self.send_at = 0.0
+        self.cadence = Cadence(interval_s)
 
     def _due(self) -> bool:
         if not self.items:
             return False
         last = self.items[-1]
         # A delta on the wire is Delta's fields in order; [2] is its finish_reason.
-        return type(last) is not tuple or last[2] is not None or time.monotonic() >= self.send_at
+        return self.cadence.due(time.monotonic(), finished=type(last) is not tuple or last[2] is not None)
 
     def put(self, item: Any) -> None:
         self.items.append(item)
@@ -222,7 +222,7 @@ class ProcessEngine(Engine):
         self._raise_if_dead()
         assert self._channel is not None
         rid = next(self._ids)
-        inbox = _Inbox()
+        inbox = _Inbox(self._interval_s)
         self._streams[rid] = inbox
         ended = False  # the child has ended this stream: nothing to abort there
         try:
@@ -234,7 +234,7 @@ class ProcessEngine(Engine):
                 if deltas:
                     delta = merge_deltas(deltas)
                     ended = delta.finished
-                    inbox.send_at = next_due(inbox.send_at, time.monotonic(), self._interval_s)
+                    inbox.cadence.sent(time.monotonic())
                     yield delta
                     if ended:
                         return
