@@ -53,6 +53,7 @@ def test_stack_args_are_a_valid_one_variant_app(device):
     assert variant.max_ongoing_requests >= 256  # Serve must not queue the streams in front of the engine
     assert variant.resources.num_gpus == (1 if device == "cuda" else 0)
     assert config.ingress.max_ongoing_requests >= 256
+    assert config.router.shed_ttft_ratio is None  # every path serves every request: no admission control
 
 
 def test_engine_process_and_ingress_replicas_flags_reach_the_stack_app():
