@@ -15,6 +15,8 @@ Each ingress replica's handle knows only what it sent itself, as with the router
 from __future__ import annotations
 
 import collections
+import importlib
+import logging
 import random
 import time
 from typing import Any
@@ -28,10 +30,14 @@ from router.replica_backlog import prefill_backlog
 # serve.deployment(...).options(request_router_config=...) takes the class by import path.
 IMPORT_PATH = "serve_app.replica_router:LeastPrefillRequestRouter"
 
+logger = logging.getLogger("ray.serve")
+
 # Which replica each generate call went to, by its GenerationRequest's id, for the ingress to name in the
 # response (x-route-replica): the request routers of a process's handles share it (they run in the caller's
-# process, on its event loop). Bounded: an entry nobody asks for (a request that failed before its first token)
-# must not stay forever.
+# process, in Serve's router thread). Bounded: an entry nobody asks for (a request that failed before its first
+# token) must not stay forever. Serve ships the router class pickled *by value* (ray.serve.config registers this
+# module with cloudpickle), so the class the ingress runs has a copy of this module's globals: it writes here
+# through sys.modules (_registry), where the pipeline's import reads.
 _SERVED_BY: collections.OrderedDict[str, str] = collections.OrderedDict()
 _SERVED_BY_MAX = 4096
 
@@ -41,6 +47,11 @@ def replica_of(request_id: str) -> str | None:
     router sent generate request ``request_id`` to, once; None when no router of ours routed it (Serve's default
     router, ``replica_choice: power_of_two``) or it was asked already."""
     return _SERVED_BY.pop(request_id, None)
+
+
+def _registry() -> Any:
+    """This module as imported in this process (not the by-value copy a router class unpickled carries)."""
+    return importlib.import_module(__name__)
 
 
 def _note_served_by(request_id: str, replica: str) -> None:
@@ -63,6 +74,8 @@ class LeastPrefillRequestRouter(FIFOMixin, RequestRouter):
         self, prefill_tokens_per_s: float = LatencyProfile().prefill_tokens_per_s, **kwargs: Any
     ) -> None:
         self._prefill_tokens_per_s = prefill_tokens_per_s
+        self._note = _registry()._note_served_by
+        logger.info("least_prefill request router at %.0f prompt tokens/s", prefill_tokens_per_s)
         # replica -> internal request id -> (prompt tokens, send time) of the requests not completed yet
         self._sent: dict[ReplicaID, dict[str, tuple[int, float]]] = {}
 
@@ -84,7 +97,7 @@ class LeastPrefillRequestRouter(FIFOMixin, RequestRouter):
         for arg in pending_request.args:
             if isinstance(arg, GenerationRequest):
                 # A ReplicaID's unique_id (anything else, as in tests, by its string).
-                _note_served_by(arg.request_id, str(getattr(replica_id, "unique_id", replica_id)))
+                self._note(arg.request_id, str(getattr(replica_id, "unique_id", replica_id)))
 
     def on_request_completed(self, replica_id: ReplicaID, internal_request_id: str) -> None:
         sent = self._sent.get(replica_id)
