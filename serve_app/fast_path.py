@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import shutil
 import sys
 from collections.abc import MutableMapping, Sequence
@@ -111,12 +112,33 @@ def haproxy_tools_missing(env: MutableMapping[str, str], *, ray_version: tuple[i
 HAPROXY_FIXED_PORTS = ("RAY_SERVE_HAPROXY_STATS_PORT", "RAY_SERVE_HAPROXY_METRICS_PORT")
 
 
+# Direct ingress gives each ingress replica ports from fixed ranges (30000-31000 HTTP, 40000-41000 gRPC by default,
+# ray/serve/_private/constants.py): two clusters on one machine hand out the same ports, and one's HAProxy can then
+# reach the other's replica (a suite run beside a bench saw 404s). Ranges of DIRECT_INGRESS_SPAN ports each, below
+# Linux's ephemeral range, at a random offset per cluster.
+DIRECT_INGRESS_RANGES = (
+    ("RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT", "RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT"),
+    ("RAY_SERVE_DIRECT_INGRESS_MIN_GRPC_PORT", "RAY_SERVE_DIRECT_INGRESS_MAX_GRPC_PORT"),
+)
+DIRECT_INGRESS_SPAN = 100
+_DIRECT_INGRESS_FIRST, _DIRECT_INGRESS_LAST = 10000, 30000
+
+
 def isolate_haproxy_ports(environ: MutableMapping[str, str] | None = None) -> None:
-    """Gives HAProxy's stats and metrics listeners free ports, unless the environment names them already."""
+    """Gives HAProxy's stats and metrics listeners free ports, and the ingress replicas' direct-ingress ports a range
+    of this cluster's own, unless the environment names them already. For a second cluster on one machine (tests,
+    benches); a real cluster keeps Serve's defaults."""
     env = os.environ if environ is None else environ
     for key in HAPROXY_FIXED_PORTS:
         if key not in env:
             env[key] = str(free_port("0.0.0.0"))
+    if any(key in env for pair in DIRECT_INGRESS_RANGES for key in pair):
+        return
+    slots = (_DIRECT_INGRESS_LAST - _DIRECT_INGRESS_FIRST) // (DIRECT_INGRESS_SPAN * len(DIRECT_INGRESS_RANGES))
+    base = _DIRECT_INGRESS_FIRST + random.randrange(slots) * DIRECT_INGRESS_SPAN * len(DIRECT_INGRESS_RANGES)
+    for i, (low, high) in enumerate(DIRECT_INGRESS_RANGES):
+        start = base + i * DIRECT_INGRESS_SPAN
+        env[low], env[high] = str(start), str(start + DIRECT_INGRESS_SPAN - 1)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
