@@ -12,7 +12,7 @@ import os
 from collections.abc import Iterator, Mapping
 
 from engines.ports import free_port
-from serve_app.fast_path import apply_fast_path_env, isolate_haproxy_ports
+from serve_app.fast_path import apply_fast_path_env, isolate_cluster_ports
 
 
 @contextlib.contextmanager
@@ -29,7 +29,7 @@ def local_serve(namespace: str, *, num_cpus: int | None = None, env: Mapping[str
     # The fast-path defaults include the replicas' priority (RAY_worker_niceness=0): at Ray's 15 this process,
     # the load generator, would always win the CPU over the stack it measures.
     apply_fast_path_env()
-    isolate_haproxy_ports()
+    isolate_cluster_ports()
     ray.init(
         num_cpus=num_cpus or max(4, os.cpu_count() or 1),
         include_dashboard=False,

@@ -56,7 +56,7 @@ LOADAVG_S = 5.0  # how often the machine's load average is sampled during a trac
 # worker pool, a prestarted worker has them loaded already.
 PRELOAD_MODULES = ("ray.serve", "serve_app.app")
 
-# The bench's warm pool by default (session 12): the fleet's 10 replicas at the peak, the ingress, Serve's controller
+# The bench's warm pool by default: the fleet's 10 replicas at the peak, the ingress, Serve's controller
 # and proxy, with room to spare. Without it every new replica first waits, two at a time, for a process to start on
 # the cores the spike loads (docs/autoscaling.md), a cost a GPU node does not have.
 WARM_WORKERS = 24
@@ -226,7 +226,7 @@ def _run_mode(mode: Mode, shape_name: str, url: str, out: Path, args: argparse.N
     write_jsonl(records, folder / "records.jsonl")
     write_samples(ready, folder / "replicas.jsonl")
     write_jsonl_dicts(loads, folder / "loadavg.jsonl")
-    return records, ready, began
+    return records, ready, began, loads
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -270,7 +270,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         default=WARM_WORKERS,
         help="keep this many Ray worker processes started, the app imported, before the trace (warm_pool_env; "
         f"default {WARM_WORKERS}: every replica of the fleet and Serve's own actors; 0: Ray's defaults, two "
-        "processes at a time on this machine); pass the same value to --rescore (0 for runs before session 12)",
+        "processes at a time on this machine); pass the same value to --rescore (0 for runs recorded without a pool)",
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-progress", dest="progress", action="store_false")
@@ -409,10 +409,10 @@ def run(args: argparse.Namespace) -> int:
             with local_serve("bench-spike", num_cpus=cpus, env=warm_pool_env(args.warm_workers)) as url:
                 for mode in modes:
                     print(f"bench spike: {shape_name}, mode {mode}", file=sys.stderr)
-                    records, ready, began = _run_mode(mode, shape_name, url, out, args, fleet)
+                    records, ready, began, samples = _run_mode(mode, shape_name, url, out, args, fleet)
                     real.append(mode_report(mode, "serve", records, ready, fleet, shape.peak_windows(), duration))
                     ready_by_mode[mode], records_by_mode[mode] = ready, records
-                    loads[mode] = load_summary(read_jsonl_dicts(out / mode / "loadavg.jsonl"))
+                    loads[mode] = load_summary(samples)
                     # Which command recorded this mode (a rescore may join modes recorded one run at a time).
                     (out / mode / "command.txt").write_text(f"{command}\n")
                     if mode != "fixed":
@@ -437,7 +437,7 @@ def run(args: argparse.Namespace) -> int:
                 records, ready = read_jsonl(out / mode / "records.jsonl"), read_samples(out / mode / "replicas.jsonl")
                 real.append(mode_report(mode, "serve", records, ready, fleet, shape.peak_windows(), duration))
                 ready_by_mode[mode], records_by_mode[mode] = ready, records
-                if (out / mode / "loadavg.jsonl").exists():  # runs from before session 12 have none
+                if (out / mode / "loadavg.jsonl").exists():  # runs recorded before the bench sampled it have none
                     loads[mode] = load_summary(read_jsonl_dicts(out / mode / "loadavg.jsonl"))
                 if mode != "fixed" and (out / mode / "starts.jsonl").exists():
                     starts_by_mode[mode] = read_jsonl_dicts(out / mode / "starts.jsonl")

@@ -28,7 +28,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from cluster.placement import accelerator_resource
-from serve_app.fast_path import HAPROXY_FIXED_PORTS, isolate_haproxy_ports
+from serve_app.fast_path import HAPROXY_FIXED_PORTS, isolate_cluster_ports
 
 DEFAULT_STATE_FILE = Path(tempfile.gettempdir()) / f"variant-serve-local-cluster-{os.getuid()}.json"
 READY_TIMEOUT_S = 180.0
@@ -72,7 +72,7 @@ def local_cluster(spec: LocalClusterSpec) -> Iterator[Any]:
     # its own, so ports inherited from the caller's environment are replaced by free ones.
     for key in HAPROXY_FIXED_PORTS:
         os.environ.pop(key, None)
-    isolate_haproxy_ports()
+    isolate_cluster_ports()
     # No port given: the head's GCS then listens on a free port (Ray's default 6379 may be someone else's).
     head_args = {**spec.node_args(), "include_dashboard": False}
     cluster = Cluster(initialize_head=True, head_node_args=head_args)

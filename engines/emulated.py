@@ -35,7 +35,7 @@ from typing import Any
 
 from core.errors import EngineConfigError, EngineDeadError, OverloadedError
 from engines.batching import ContinuousBatch, Iteration
-from engines.coalesce import Cadence
+from engines.coalesce import Cadence, interval_s
 from engines.config import EmulatedEngineConfig
 from engines.iteration_timer import IterationTimer
 from engines.output import OutputStream, stop_token_ids
@@ -230,7 +230,7 @@ class EmulatedEngine(Engine):
         output = OutputStream(request, None, tokenizer=self.tokenizer, stop_ids=stop_ids)
         # Stop strings are matched on the text as it is made: a request with them sees every token at once, so
         # that it ends (and counts its usage) at the token that completes one, not a message later.
-        seq.cadence = Cadence(0.0 if s.stop else self.config.coalesce.interval_ms / 1000.0)
+        seq.cadence = Cadence(0.0 if s.stop else interval_s(self.config))
         self._live.add(seq)
         self._batch.enqueue(seq)
         self._batch.admit()  # as the simulator does; its prefill starts with the next iteration

@@ -33,7 +33,7 @@ from typing import Any
 
 from core.errors import EngineDeadError
 from engines import engine_core
-from engines.coalesce import Cadence, merge_deltas
+from engines.coalesce import Cadence, interval_s, merge_deltas
 from engines.config import CoalesceConfig, EngineConfig
 from engines.ipc import Channel, delta_from_wire
 from engines.protocol import Delta, Engine, EngineStats, GenerationRequest
@@ -76,8 +76,9 @@ class _Inbox:
         if not self.items:
             return False
         last = self.items[-1]
-        # A delta on the wire is Delta's fields in order; [2] is its finish_reason.
-        return self.cadence.due(time.monotonic(), finished=type(last) is not tuple or last[2] is not None)
+        # A delta on the wire is Delta's fields in order; [2] is its finish_reason. Called for every item filed
+        # (each engine step of each stream): the clock only when the stream has not ended.
+        return type(last) is not tuple or last[2] is not None or self.cadence.due(time.monotonic())
 
     def put(self, item: Any) -> None:
         self.items.append(item)
@@ -107,7 +108,7 @@ class ProcessEngine(Engine):
         # The stream interval applies here, where a stream's messages leave (``_Inbox``): the child sends every
         # engine step (no timers there, on the interpreter the batch loop needs) and this side wakes a stream once
         # per interval with everything that came for it meanwhile.
-        self._interval_s = config.coalesce.interval_ms / 1000.0 if hasattr(config, "coalesce") else 0.0
+        self._interval_s = interval_s(config)
         if hasattr(config, "coalesce"):
             config = config.model_copy(update={"coalesce": CoalesceConfig(interval_ms=0.0)})
         self.config = config

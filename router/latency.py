@@ -261,6 +261,12 @@ _MAX_PREFILL_SHARE = 0.95
 MAX_SLOWDOWN = 10.0
 
 
+def clamp_slowdown(ratio: float) -> float:
+    """A measured-over-modelled pace ``ratio`` as the stretch a TTFT's step-bound work takes: 1 when the steps
+    are no slower than modelled, at most :data:`MAX_SLOWDOWN`."""
+    return 1.0 if ratio <= 1.0 else (ratio if ratio < MAX_SLOWDOWN else MAX_SLOWDOWN)
+
+
 def slot_wait_tokens(waiting_for_slot: float, running: float, tokens_left: float | None, mean_output: float) -> float:
     """Decode tokens (at the running batch's TPOT, over ``running`` sequences) until ``waiting_for_slot`` requests
     have finished: ``waiting_for_slot * mean_output`` when what the running ones have left is unknown (the steady
@@ -452,15 +458,12 @@ class LatencyModel:
         the decode steps it waits through) by it: a prefill runs in the same steps as the decode that measured
         the pace, so whatever slows those (a mixed batch's interference that the linear terms miss, a busy
         CPU) slows it alike. Without it a long prompt sent to a replica that was decoding beside other long
-        prompts was predicted its idle prefill and took 2-4x that (docs/routing.md, session 12)."""
+        prompts was predicted its idle prefill and took 2-4x that (docs/routing.md)."""
         if load.measured_tpot_ms <= 0.0:
             return 1.0
         batch = max(load.measured_batch, 1.0)
         at_measured = self.predict_tpot_ms(batch, load.prefill_tokens_per_s, load.context_tokens)
-        ratio = load.measured_tpot_ms / at_measured / (1.0 + self.tpot_margin_for(prompt_tokens))
-        if ratio <= 1.0:
-            return 1.0
-        return ratio if ratio < MAX_SLOWDOWN else MAX_SLOWDOWN
+        return clamp_slowdown(load.measured_tpot_ms / at_measured / (1.0 + self.tpot_margin_for(prompt_tokens)))
 
     def predict_request(self, prompt_tokens: int, load: Load) -> tuple[float, float]:
         """``(predict_ttft_ms(prompt_tokens, load), predict_load_tpot_ms(load, None, prompt_tokens))``, the same
@@ -499,9 +502,7 @@ class LatencyModel:
             lift = 1.0 + self._tpot_errors[margin_class(prompt_tokens)].value
             measured = measured_tpot_ms * tpot / at_measured / lift
             tpot = measured if measured > tpot else tpot
-            # LatencyModel.slowdown, inline: the same pace stretches the TTFT's step-bound work.
-            slow = measured_tpot_ms / at_measured / lift
-            slow = 1.0 if slow < 1.0 else (slow if slow < MAX_SLOWDOWN else MAX_SLOWDOWN)
+            slow = clamp_slowdown(measured_tpot_ms / at_measured / lift)  # LatencyModel.slowdown, in this pass
         slot_wait = 0.0
         if load.waiting_for_slot:
             # The running batch's TPOT, for the wait for a slot (only then: most candidates have a free one).

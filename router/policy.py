@@ -53,7 +53,7 @@ from collections.abc import Mapping, Sequence
 
 from router.baselines import BASELINES
 from router.config import RouterConfig
-from router.latency import _MAX_PREFILL_SHARE, MAX_SLOWDOWN, LatencyModel, Load, margin_class
+from router.latency import _MAX_PREFILL_SHARE, LatencyModel, Load, clamp_slowdown, margin_class
 from router.load import queue_bound, replica_load, serving_replicas
 from router.reservation import crowded_out, record_exclusive, reserve_room
 from router.shedding import is_hopeless
@@ -227,11 +227,7 @@ class _Judge:
             if measured > tpot:
                 tpot = measured
             # LatencyModel.slowdown: the measured pace stretches the TTFT's step-bound work too.
-            slow = measured_tpot_ms / at_measured / lift
-            if slow < 1.0:
-                slow = 1.0
-            elif slow > MAX_SLOWDOWN:
-                slow = MAX_SLOWDOWN
+            slow = clamp_slowdown(measured_tpot_ms / at_measured / lift)
         waiting_for_slot = load.waiting_for_slot
         slot_wait = 0.0
         if waiting_for_slot:

@@ -124,7 +124,7 @@ DIRECT_INGRESS_SPAN = 100
 _DIRECT_INGRESS_FIRST, _DIRECT_INGRESS_LAST = 10000, 30000
 
 
-def isolate_haproxy_ports(environ: MutableMapping[str, str] | None = None) -> None:
+def isolate_cluster_ports(environ: MutableMapping[str, str] | None = None) -> None:
     """Gives HAProxy's stats and metrics listeners free ports, and the ingress replicas' direct-ingress ports a range
     of this cluster's own, unless the environment names them already. For a second cluster on one machine (tests,
     benches); a real cluster keeps Serve's defaults."""

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from engines.ports import free_port
-from serve_app.fast_path import apply_fast_path_env, isolate_haproxy_ports
+from serve_app.fast_path import apply_fast_path_env, isolate_cluster_ports
 
 REPO = Path(__file__).resolve().parent.parent
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # no model hub here: builtin models are generated offline
@@ -29,7 +29,7 @@ def ray_cluster() -> Iterator[None]:
     # (other clusters, benches) choose their own.
     before = dict(os.environ)
     apply_fast_path_env()
-    isolate_haproxy_ports()  # HAProxy's stats and metrics ports are fixed by default: two clusters would clash
+    isolate_cluster_ports()  # HAProxy's listeners and direct ingress use fixed ports: two clusters would clash
     try:
         # Logical CPUs: the default config's replicas reserve fractions, and tests add their own apps beside it.
         ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, namespace="tests")

@@ -15,7 +15,7 @@ from serve_app.fast_path import (
     FAST_PATH_ENV,
     HAPROXY_FIXED_PORTS,
     apply_fast_path_env,
-    isolate_haproxy_ports,
+    isolate_cluster_ports,
 )
 
 
@@ -28,20 +28,20 @@ def test_the_flags_are_defaults_and_a_value_the_user_set_wins():
 
 def test_haproxy_listeners_get_free_ports_unless_named():
     env = {"RAY_SERVE_HAPROXY_STATS_PORT": "18404"}
-    isolate_haproxy_ports(env)
+    isolate_cluster_ports(env)
     assert env["RAY_SERVE_HAPROXY_STATS_PORT"] == "18404"
     assert set(HAPROXY_FIXED_PORTS) <= set(env) and int(env["RAY_SERVE_HAPROXY_METRICS_PORT"]) > 0
 
 
 def test_each_isolated_cluster_gets_direct_ingress_port_ranges_of_its_own_unless_named():
     env: dict[str, str] = {}
-    isolate_haproxy_ports(env)
+    isolate_cluster_ports(env)
     (http_low, http_high), (grpc_low, grpc_high) = (
         (int(env[low]), int(env[high])) for low, high in DIRECT_INGRESS_RANGES
     )
     assert 1024 < http_low < http_high < grpc_low < grpc_high < 32768  # disjoint, below the ephemeral ports
     named = {"RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT": "30000"}
-    isolate_haproxy_ports(named)
+    isolate_cluster_ports(named)
     assert not any(high in named for _, high in DIRECT_INGRESS_RANGES)  # the user's ranges are left alone
 
 
