@@ -18,10 +18,11 @@ Contract details and why:
 * Only standard OpenAI fields are sent unless ``sampling_extensions`` is on: strict servers (transformers
   serve) answer 422 to anything else.
 * The OpenAI completions protocol returns text, not token ids; deltas carry ids only when the server adds
-  them (vLLM's ``token_ids``). With ``sampling_extensions`` the request asks for usage in every chunk
-  (``stream_options.continuous_usage_stats``, which trtllm-serve and vLLM honour; trtllm-serve sends usage only
-  when asked, serve/postprocess_handlers.py), so ``completion_tokens`` is the server's count; otherwise it
-  counts chunks until the server's usage says more.
+  them (vLLM's ``token_ids``). Every request asks for the standard final usage chunk
+  (``stream_options.include_usage``; trtllm-serve sends usage only when asked, serve/postprocess_handlers.py), and
+  the finishing delta waits for it, so the final ``completion_tokens`` is the server's count; with
+  ``sampling_extensions`` usage comes in every chunk (``continuous_usage_stats``, trtllm-serve and vLLM), so the
+  running count is the server's too; otherwise it counts chunks until then.
 * Load: trtllm-serve's ``/metrics`` (iteration stats JSON) answers only after 2 s without a new iteration
   (``get_stats_async(2)`` in serve/openai_server.py), i.e. late or never while it is busy. So one poll is in
   flight at a time with a long timeout, and a reading counts only while the server keeps answering; while it
@@ -33,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import functools
 import json
 import logging
 import os
@@ -41,7 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -140,10 +142,10 @@ def completion_body(
         "top_p": s.top_p,
         "stream": True,
     }
-    if extensions:
-        # Usage in every chunk: the count of tokens, not of chunks (the final usage-only chunk comes after the
-        # finish chunk, where we stop reading).
-        body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
+    # The server's count of tokens, not of chunks: a standard final usage-only chunk after the finish chunk (read
+    # before the finish is passed on), and with extensions usage in every chunk. transformers serve 5.25 streams
+    # text pieces that hold several tokens or none, so counting chunks undercounts.
+    body["stream_options"] = {"include_usage": True, **({"continuous_usage_stats": True} if extensions else {})}
     asked = s.requested_fields()
     if s.seed is not None:
         body["seed"] = s.seed
@@ -422,6 +424,8 @@ class OpenAIServerEngine(Engine):
         stream = OutputStream(request, self._rate)
         asked = request.sampling.logprobs
         completion_tokens = 0
+        # The finishing chunk's delta (all but its count) and its count, until the usage chunk that follows it.
+        held: Callable[..., Delta | None] | None = None
         async for event in EventSource(response).aiter_sse():
             if event.data.strip() == "[DONE]":
                 break
@@ -429,13 +433,17 @@ class OpenAIServerEngine(Engine):
             if "error" in chunk or chunk.get("object") == "error":
                 error = chunk.get("error", chunk.get("message"))
                 raise EngineDeadError(f"the engine server failed mid-stream: {error}")
+            usage = chunk.get("usage") or {}
+            if held is not None:
+                # After the finish only the usage-only chunk comes (stream_options.include_usage).
+                completion_tokens = usage.get("completion_tokens") or completion_tokens
+                break
             choices = chunk.get("choices") or [{}]
             choice: dict[str, Any] = next((c for c in choices if c.get("index", 0) == 0), {})
             piece = choice.get("text") or ""
             ids = list(choice.get("token_ids") or [])
             tokens = len(ids) or (1 if piece else 0)  # a chunk without ids: one token, until usage says more
             completion_tokens += tokens
-            usage = chunk.get("usage") or {}
             completion_tokens = usage.get("completion_tokens") or completion_tokens
             logprobs = parse_logprobs(choice.get("logprobs"), asked) if asked is not None else None
             if logprobs is None and asked is not None and (piece or ids):
@@ -443,22 +451,32 @@ class OpenAIServerEngine(Engine):
                 raise EngineDeadError("the engine server sent no logprobs although the request asked for them")
             reason = choice.get("finish_reason")
             finish = None if reason is None else _FINISH_REASONS.get(reason, FINISH_STOP)
-            delta = stream.from_text(
+            output = functools.partial(
+                stream.from_text,
                 piece,
                 ids,
                 finish=finish,
-                completion_tokens=completion_tokens,
                 tokens=tokens,
                 # trtllm-serve and vLLM say stop_reason; TensorRT-LLM's stop words truncate only the token ids, so
                 # that string's start was streamed before the finishing chunk.
                 engine_stopped_at_string=finish == FINISH_STOP and isinstance(choice.get("stop_reason"), str),
                 logprobs=logprobs,
             )
+            if finish is not None and not usage:
+                held = output  # its count may still be the chunks': the usage chunk follows at once
+                continue
+            delta = output(completion_tokens=completion_tokens)
             if delta is None:
                 continue
             yield delta
             if delta.finished:
                 return  # a stop string we cut ourselves: leaving closes the stream, the server aborts
+        if held is not None:
+            delta = held(completion_tokens=completion_tokens)
+            if delta is not None:
+                yield delta
+                if delta.finished:
+                    return
         raise EngineDeadError(self._dead_reason("the engine server ended the stream before the request finished"))
 
     async def _poll_metrics(self) -> None:

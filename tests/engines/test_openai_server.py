@@ -228,6 +228,7 @@ def test_the_request_body_is_standard_openai_unless_extensions_are_on():
         "stream": True,
         "seed": 3,
         "stop": ["\n"],
+        "stream_options": {"include_usage": True},  # the server's token count, in a final usage chunk
     }
     req.sampling.top_k, req.sampling.ignore_eos = 20, True
     body = completion_body(req, model="m", prompt=[1, 2], max_tokens=7, extensions=True)
