@@ -164,14 +164,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def num_requests(concurrency: Sequence[int], explicit: int | None, quick: bool) -> dict[int, int]:
-    """Requests per level: ``explicit``, else eight rounds of the closed loop (one round in quick).
+    """Requests per level: ``explicit``, else eight rounds of the closed loop (``quick`` too: its requests are shorter).
 
     Eight, not two: a level's first round opens every stream's connection and starts the streams in lockstep,
     and its last round ends with the loop draining; with two rounds those ends were half of what was measured
-    (the stack's 64-stream figure on this 2-core CPU: 0.94 of the engine at eight rounds, 0.91-0.95 at two)."""
+    (the stack's 64-stream figure on this 2-core CPU: 0.94 of the engine at eight rounds, 0.91-0.95 at two).
+    Quick once ran one round: 16 streams of 64 tokens took 0.2 s, so the first round's TTFT decided the tokens/s
+    (the stack 0.51-0.54 of the hf engine at one round, 0.57-0.91 at eight; results/streaming/session13)."""
+    del quick  # the same rounds; kept in the signature for the callers that say which run they plan
     if explicit is not None:
         return {c: explicit for c in concurrency}
-    return {c: max(4, c) if quick else max(8, 8 * c) for c in concurrency}
+    return {c: max(8, 8 * c) for c in concurrency}
 
 
 def resolve_device(device: str) -> str:
@@ -308,6 +311,11 @@ class _Run:
             update["coalesce"] = CoalesceConfig(interval_ms=self.args.coalesce_ms)
         if self.args.engine_process:
             update["engine_process"] = True
+        if isinstance(self.engine, HFEngineConfig) and self.device == "cpu" and self.args.threads is None:
+            # The replica's own choice (HFEngineConfig.for_replica: its reserved CPUs, one here), as a user's
+            # CPU replica gets it; the engine alone keeps every core. Two threads in the replica made 1,270-1,630
+            # tokens/s against 1,820-2,170 with one (16 streams, this 2-core CPU; results/streaming/session13).
+            update["num_threads"] = None
         return self.engine.model_copy(update=update) if update else self.engine
 
     def specs(self, concurrency: int, *, as_text: bool) -> list[RequestSpec]:
@@ -618,7 +626,12 @@ def _engine_notes(run: _Run) -> list[str]:
     notes = [
         f"Every path runs the same engine config: {engine.device}, max_running_requests "
         f"{engine.max_running_requests}, page_size {engine.page_size}, num_blocks {engine.num_blocks}, "
-        f"max_batch_tokens {engine.max_batch_tokens}, torch threads {engine.num_threads or 'default'}.",
+        f"max_batch_tokens {engine.max_batch_tokens}, torch threads {engine.num_threads or 'default'}"
+        + (
+            " (the stack's replica: its own choice, one thread per reserved CPU)."
+            if isinstance(run.stack_engine, HFEngineConfig) and run.stack_engine.num_threads is None
+            else "."
+        ),
         "Outputs are forced to max_tokens: ignore_eos for (a), (c), (d); a per-request generation_config "
         "with eos_token_id -1 for transformers serve (it refuses unknown fields).",
         "transformers serve shares one sampling config across its batch (no per-request processors); "

@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_requests_per_level():
     assert num_requests([1, 16, 64], None, quick=False) == {1: 8, 16: 128, 64: 512}
-    assert num_requests([1, 16, 64], None, quick=True) == {1: 4, 16: 16, 64: 64}
+    assert num_requests([1, 16, 64], None, quick=True) == {1: 8, 16: 128, 64: 512}
     assert num_requests([1, 16], 3, quick=False) == {1: 3, 16: 3}
 
 
