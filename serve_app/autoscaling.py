@@ -22,12 +22,16 @@ level and keeps its own helpers small.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 from typing import Any
 
 from engines.protocol import Delta, EngineStats
 from router.autoscaling import ReplicaLoad, ScalingContext, ScalingTargets, desired_replicas, scaled_ahead
+
+# Serve's own logger: the policy runs in the controller, whose log collects it.
+logger = logging.getLogger("ray.serve")
 
 # The figures a replica reports (Serve wants a flat dict of numbers); 0 latency means "no recent request".
 RUNNING = "engine_running_requests"
@@ -172,6 +176,7 @@ class EngineLoadPolicy:
     def __init__(self, **targets: Any) -> None:
         self.targets = ScalingTargets(**targets)
         self._demand: deque[tuple[float, float]] = deque()
+        self._last_asked: int | None = None
 
     def __call__(self, ctx: Any) -> tuple[int, dict[str, Any]]:
         scaling = scaling_context(ctx)
@@ -182,6 +187,19 @@ class EngineLoadPolicy:
             while self._demand and self._demand[0][0] < now - self.targets.trend_window_s:
                 self._demand.popleft()
             decision = scaled_ahead(decision, list(self._demand), scaling, self.targets)
+        if decision.replicas != self._last_asked:
+            # Serve logs that its target changed, not why: this line in the controller's log says which signal asked
+            # (once per change of the ask: the policy runs every control loop, through Serve's delays).
+            self._last_asked = decision.replicas
+            asks = ", ".join(f"{name} {ask:.2f}" for name, ask in sorted(decision.by_signal.items()))
+            logger.info(
+                "%s: %d -> %d replicas (%s; asks %s)",
+                getattr(ctx, "deployment_name", "?"),
+                scaling.target_replicas,
+                decision.replicas,
+                decision.signal,
+                asks or "none",
+            )
         # Serve keeps its delay bookkeeping in the dict it merges this into.
         return decision.replicas, {}
 

@@ -195,6 +195,25 @@ async def test_stats_report_the_context_the_running_sequences_hold(engine):
     assert engine.stats().context_tokens == 0
 
 
+async def test_kv_blocks_count_what_running_requests_hold_not_the_prefix_cache(engine):
+    # A finished request's complete blocks stay in transformers' prefix cache, evicted when a request needs them:
+    # counted as used they held the autoscaler's kv signal up after the load had gone.
+    prompt = engine.tokenizer.encode("A long walk along the river")
+    stream = engine.generate(_request(prompt, max_tokens=120, ignore_eos=True))
+    async with contextlib.aclosing(stream):
+        seen = 0
+        async for delta in stream:
+            seen += len(delta.token_ids)
+            if seen >= 100:
+                break
+        assert engine.stats().kv_blocks_used >= 100 // engine.config.page_size  # a step may run ahead
+    await _wait_idle(engine)
+    for n in range(3):
+        await _collect(engine, _request(prompt, rid=f"kv-{n}", max_tokens=80, ignore_eos=True))
+    await _wait_idle(engine)
+    assert engine.stats().kv_blocks_used == 0
+
+
 async def test_stats_report_kv_blocks_and_limits(engine):
     stats = engine.stats()
     assert stats.kv_blocks_total > 0
