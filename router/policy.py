@@ -349,7 +349,7 @@ def _route_slo(
         # short: reserve_room and the ratios are pure, so not working them out where they would not be read
         # changes nothing.
         if config.reserve_slack > 0:
-            best_room = _reserve_room(best, loads[best.name], request, state, config, count_own_kind=False)
+            best_room = reserve_room(best, loads[best.name], request, state, config, count_own_kind=False)
             if best_room < config.reserve_slack:
                 meeting_names = {v.name for v in meeting}
                 options = meeting + [v for v in likely if v.name not in meeting_names]
@@ -357,7 +357,7 @@ def _route_slo(
                     room = {best.name: best_room}
                     for v in options:
                         if v.name != best.name:
-                            room[v.name] = _reserve_room(v, loads[v.name], request, state, config, count_own_kind=True)
+                            room[v.name] = reserve_room(v, loads[v.name], request, state, config, count_own_kind=True)
                     free = [v for v in options if room[v.name] >= config.reserve_slack]
                     pool = (
                         [v for v in free if v.name in meeting_names]
@@ -371,14 +371,14 @@ def _route_slo(
         if (
             config.reserve_slack <= 0
             or config.on_violation == "reject"
-            or not _crowded_out(best, loads[best.name], request, state, config)
+            or not crowded_out(best, loads[best.name], request, state, config)
         ):
             return Decision(best.name, reason, predictions)
         # Tighter requests already miss on ``best`` (router.reservation.crowded_out): the request gives it up
         # to them for a variant where it crowds out no one, and from here on is a request no variant meets.
         # Where every other variant is as crowded, yielding would only move the harm: it stays.
         others = [
-            v for v in admissible if v.name != best.name and not _crowded_out(v, loads[v.name], request, state, config)
+            v for v in admissible if v.name != best.name and not crowded_out(v, loads[v.name], request, state, config)
         ]
         if not others:
             return Decision(best.name, reason, predictions)
@@ -495,42 +495,6 @@ def _best_meeting(
     if best is None:  # only with a NaN figure, where max() raised
         raise ValueError("no variant to pick among")
     return best, reason
-
-
-def _reserve_room(
-    view: VariantView,
-    load: Load,
-    request: RequestFeatures,
-    state: RouterState,
-    config: RouterConfig,
-    *,
-    count_own_kind: bool,
-) -> float:
-    return reserve_room(
-        view,
-        load,
-        request,
-        state.exclusive.get(view.name),
-        now=state.decisions,
-        window=config.reservation_window,
-        error_margin_scale=config.error_margin_scale,
-        count_own_kind=count_own_kind,
-        ttft_path_ms=config.ttft_path_ms,
-    )
-
-
-def _crowded_out(
-    view: VariantView, load: Load, request: RequestFeatures, state: RouterState, config: RouterConfig
-) -> bool:
-    return crowded_out(
-        view,
-        load,
-        request,
-        state.exclusive.get(view.name),
-        now=state.decisions,
-        window=config.reservation_window,
-        ttft_path_ms=config.ttft_path_ms,
-    )
 
 
 def _route_pinned(

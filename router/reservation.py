@@ -23,8 +23,9 @@ reservation never turns a met SLO into a miss.
 
 from __future__ import annotations
 
+from router.config import RouterConfig
 from router.latency import Load
-from router.types import ExclusiveDemand, RequestFeatures, Targets, VariantView, ttft_budget
+from router.types import ExclusiveDemand, RequestFeatures, RouterState, Targets, VariantView, ttft_budget
 
 # Kinds of exclusive demand remembered per variant: tiers are few, but x-slo-* headers can name any targets.
 _MAX_KINDS = 16
@@ -53,24 +54,22 @@ def reserve_room(
     view: VariantView,
     load: Load,
     request: RequestFeatures,
-    demand: dict[Targets, ExclusiveDemand] | None,
+    state: RouterState,
+    config: RouterConfig,
     *,
-    now: int,
-    window: int,
-    error_margin_scale: float,
     count_own_kind: bool = True,
-    ttft_path_ms: float = 0.0,
 ) -> float:
     """The room (as a fraction of its targets, 1 = all of it) that a typical exclusive request of ``view``
     of the tightest kind would find left if ``request`` took ``view`` now; 1 when the variant has no recent
     exclusive demand. ``count_own_kind=False`` leaves out the kind with ``request``'s own targets."""
+    demand = state.exclusive.get(view.name)
     if not demand:  # most variants keep room for no one: nothing to predict
         return 1.0
     own = _targets(request)
-    live = [(t, d) for t, d in _live(demand, now, window) if count_own_kind or t != own]
+    live = [(t, d) for t, d in _live(demand, state, config) if count_own_kind or t != own]
     if not live:
         return 1.0
-    return _room(view, _taking(view, load, request), live, error_margin_scale, ttft_path_ms)
+    return _room(view, _taking(view, load, request), live, config.error_margin_scale, config.ttft_path_ms)
 
 
 def _targets(request: RequestFeatures) -> Targets:
@@ -78,10 +77,11 @@ def _targets(request: RequestFeatures) -> Targets:
 
 
 def _live(
-    demand: dict[Targets, ExclusiveDemand] | None, now: int, window: int
+    demand: dict[Targets, ExclusiveDemand], state: RouterState, config: RouterConfig
 ) -> list[tuple[Targets, ExclusiveDemand]]:
-    """The kinds of exclusive demand seen within the last ``window`` decisions."""
-    return [(t, d) for t, d in (demand or {}).items() if now - d.last_decision <= window]
+    """The kinds of exclusive demand seen within the last ``config.reservation_window`` decisions."""
+    now, window = state.decisions, config.reservation_window
+    return [(t, d) for t, d in demand.items() if now - d.last_decision <= window]
 
 
 def _taking(view: VariantView, load: Load, request: RequestFeatures) -> Load:
@@ -107,14 +107,7 @@ def _taking(view: VariantView, load: Load, request: RequestFeatures) -> Load:
 
 
 def crowded_out(
-    view: VariantView,
-    load: Load,
-    request: RequestFeatures,
-    demand: dict[Targets, ExclusiveDemand] | None,
-    *,
-    now: int,
-    window: int,
-    ttft_path_ms: float = 0.0,
+    view: VariantView, load: Load, request: RequestFeatures, state: RouterState, config: RouterConfig
 ) -> bool:
     """Whether ``request`` should give ``view`` up to the requests it is kept for, even though ``view`` is
     where ``request`` itself would fare best: some kind of them, with tighter targets than ``request``'s,
@@ -128,11 +121,12 @@ def crowded_out(
     capacity nothing changes. Cost is not weighed: a rule that yielded only for prompts longer than the
     kept kind's left the tiers fleet at R = 6 at 71.9% where this one gives 76.7% (docs/sim.md).
     """
+    demand = state.exclusive.get(view.name)
     if not demand:
         return False
     own = _targets(request)
-    kept_for = [(t, d) for t, d in _live(demand, now, window) if _tighter(t, own)]
-    return bool(kept_for) and _room(view, _taking(view, load, request), kept_for, 0.0, ttft_path_ms) < 0.0
+    kept_for = [(t, d) for t, d in _live(demand, state, config) if _tighter(t, own)]
+    return bool(kept_for) and _room(view, _taking(view, load, request), kept_for, 0.0, config.ttft_path_ms) < 0.0
 
 
 def _tighter(a: Targets, b: Targets) -> bool:
