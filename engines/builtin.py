@@ -35,9 +35,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any, Protocol
 
-from core.errors import EngineConfigError, ModelNotFoundError
-from engines.model_cache import build_once
+from core.errors import EngineConfigError
+from engines.model_cache import build_once, content_key, named
 
 BUILTIN_PREFIX = "builtin:"
 # Bump when the way files are generated changes, so that stale caches are not reused.
@@ -115,11 +116,7 @@ BUILTIN_MODELS: dict[str, BuiltinSpec] = {
 
 def builtin_spec(name: str) -> BuiltinSpec:
     """The spec of a builtin model, raising ``ModelNotFoundError`` that names the known ones."""
-    try:
-        return BUILTIN_MODELS[name]
-    except KeyError:
-        known = ", ".join(BUILTIN_PREFIX + n for n in BUILTIN_MODELS)
-        raise ModelNotFoundError(f"Unknown builtin model '{BUILTIN_PREFIX}{name}'. Known: {known}.") from None
+    return named(BUILTIN_MODELS, BUILTIN_PREFIX, name)
 
 
 def cache_root() -> Path:
@@ -153,7 +150,7 @@ def _cache_key(spec: BuiltinSpec) -> str:
         "chat_template": CHAT_TEMPLATE,
         "corpus": hashlib.sha256(corpus_text().encode()).hexdigest(),
     }
-    return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:12]
+    return content_key(material)
 
 
 @functools.cache
@@ -220,27 +217,60 @@ def _deterministic_torch(seed: int) -> Iterator[None]:
             torch.use_deterministic_algorithms(deterministic)
 
 
-def _build(spec: BuiltinSpec, out: Path) -> None:
-    """Writes a complete checkpoint directory (config, weights, tokenizer, generation config) to ``out``."""
-    import torch
-    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+class LlamaShape(Protocol):
+    """The dimensions a Llama config takes from a model's spec (a :class:`BuiltinSpec`, a random model's shape)."""
 
-    start = time.perf_counter()
-    tokenizer = build_tokenizer()
+    @property
+    def hidden_size(self) -> int: ...
+    @property
+    def num_layers(self) -> int: ...
+    @property
+    def num_heads(self) -> int: ...
+    @property
+    def num_kv_heads(self) -> int: ...
+    @property
+    def intermediate_size(self) -> int: ...
+    @property
+    def context_length(self) -> int: ...
+
+
+def llama_config(shape: LlamaShape, tokenizer, **settings: Any):
+    """The ``LlamaConfig`` of ``shape`` with ``tokenizer``'s vocabulary and special tokens, and ``settings``."""
+    from transformers import LlamaConfig
+
     ids = {t: tokenizer.convert_tokens_to_ids(t) for t in (BOS, EOS, PAD)}
-    config = LlamaConfig(
+    return LlamaConfig(
         vocab_size=len(tokenizer),
-        hidden_size=spec.hidden_size,
-        num_hidden_layers=spec.num_layers,
-        num_attention_heads=spec.num_heads,
-        num_key_value_heads=spec.num_kv_heads,
-        intermediate_size=spec.intermediate_size,
-        max_position_embeddings=spec.context_length,
-        tie_word_embeddings=True,
+        hidden_size=shape.hidden_size,
+        num_hidden_layers=shape.num_layers,
+        num_attention_heads=shape.num_heads,
+        num_key_value_heads=shape.num_kv_heads,
+        intermediate_size=shape.intermediate_size,
+        max_position_embeddings=shape.context_length,
         bos_token_id=ids[BOS],
         eos_token_id=ids[EOS],
         pad_token_id=ids[PAD],
+        **settings,
     )
+
+
+def generation_config(config):
+    """The ``GenerationConfig`` that stops at ``config``'s end of sequence and pads with its pad token."""
+    from transformers import GenerationConfig
+
+    return GenerationConfig(
+        bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id, pad_token_id=config.pad_token_id
+    )
+
+
+def _build(spec: BuiltinSpec, out: Path) -> None:
+    """Writes a complete checkpoint directory (config, weights, tokenizer, generation config) to ``out``."""
+    import torch
+    from transformers import LlamaForCausalLM
+
+    start = time.perf_counter()
+    tokenizer = build_tokenizer()
+    config = llama_config(spec, tokenizer, tie_word_embeddings=True)
     stream = torch.tensor(
         [t for text in _training_text(tokenizer) for t in tokenizer.encode(text, add_special_tokens=False)]
     )
@@ -257,7 +287,7 @@ def _build(spec: BuiltinSpec, out: Path) -> None:
             if unexpected:
                 raise EngineConfigError(f"{spec.grow_from} does not fit into this model: {unexpected[:3]}")
         loss = _train(model, stream, spec)
-    model.generation_config = GenerationConfig(bos_token_id=ids[BOS], eos_token_id=ids[EOS], pad_token_id=ids[PAD])
+    model.generation_config = generation_config(config)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     info = {

@@ -2,13 +2,34 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any, TypeVar
 
-from core.errors import EngineConfigError
+from core.errors import EngineConfigError, ModelNotFoundError
+
+_T = TypeVar("_T")
+
+
+def named(table: Mapping[str, _T], prefix: str, name: str) -> _T:
+    """``table[name]`` for the model ``<prefix><name>``, raising ``ModelNotFoundError`` that names the known ones."""
+    try:
+        return table[name]
+    except KeyError:
+        known = ", ".join(prefix + n for n in table)
+        kind = prefix.removesuffix(":")
+        raise ModelNotFoundError(f"Unknown {kind} model '{prefix}{name}'. Known: {known}.") from None
+
+
+def content_key(material: Mapping[str, Any]) -> str:
+    """A short hash of everything that shapes a generated model's files: its cache directory's suffix, so that
+    a change to any of them builds a new directory instead of reusing a stale one."""
+    return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def build_once(target: Path, build: Callable[[Path], None], *, what: str) -> Path:

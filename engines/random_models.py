@@ -16,16 +16,15 @@ bench, Serve replicas, ``transformers serve``) can resolve the same name at once
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.errors import ModelNotFoundError
-from engines.builtin import BOS, EOS, PAD, SPECIAL_TOKENS, VOCAB_SIZE, build_tokenizer, cache_root
+from engines import builtin
 from engines.builtin import FORMAT_VERSION as TOKENIZER_FORMAT
-from engines.model_cache import build_once
+from engines.builtin import SPECIAL_TOKENS, VOCAB_SIZE, build_tokenizer, cache_root, generation_config
+from engines.model_cache import build_once, content_key, named
 
 RANDOM_PREFIX = "random:"
 # Bump when the way files are generated changes, so that stale caches are not reused.
@@ -60,11 +59,7 @@ RANDOM_SHAPES: dict[str, RandomShape] = {
 
 def random_shape(name: str) -> RandomShape:
     """The shape called ``name``, raising ``ModelNotFoundError`` that names the known ones."""
-    try:
-        return RANDOM_SHAPES[name]
-    except KeyError:
-        known = ", ".join(RANDOM_PREFIX + n for n in RANDOM_SHAPES)
-        raise ModelNotFoundError(f"Unknown random model '{RANDOM_PREFIX}{name}'. Known: {known}.") from None
+    return named(RANDOM_SHAPES, RANDOM_PREFIX, name)
 
 
 def random_dir(name: str) -> Path:
@@ -88,28 +83,17 @@ def _cache_key(shape: RandomShape) -> str:
         "shape": dataclasses.asdict(shape),
         "tokenizer": [TOKENIZER_FORMAT, VOCAB_SIZE, SPECIAL_TOKENS],
     }
-    return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:12]
+    return content_key(material)
 
 
 def llama_config(shape: RandomShape, tokenizer):
     """The ``LlamaConfig`` of ``shape`` with ``tokenizer``'s vocabulary and special tokens."""
-    from transformers import LlamaConfig
-
-    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in (BOS, EOS, PAD)}
-    return LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=shape.hidden_size,
-        num_hidden_layers=shape.num_layers,
-        num_attention_heads=shape.num_heads,
-        num_key_value_heads=shape.num_kv_heads,
-        intermediate_size=shape.intermediate_size,
-        max_position_embeddings=shape.context_length,
+    return builtin.llama_config(
+        shape,
+        tokenizer,
         rope_parameters={"rope_type": "default", "rope_theta": shape.rope_theta},
         rms_norm_eps=1e-5,
         tie_word_embeddings=shape.tie_word_embeddings,
-        bos_token_id=ids[BOS],
-        eos_token_id=ids[EOS],
-        pad_token_id=ids[PAD],
         dtype="bfloat16",
     )
 
@@ -117,7 +101,7 @@ def llama_config(shape: RandomShape, tokenizer):
 def _build(shape: RandomShape, out: Path) -> None:
     """Writes config, bfloat16 safetensors weights, generation config and tokenizer to ``out``."""
     import torch
-    from transformers import GenerationConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
     start = time.perf_counter()
     tokenizer = build_tokenizer()
@@ -131,9 +115,7 @@ def _build(shape: RandomShape, out: Path) -> None:
             model = LlamaForCausalLM(config)
     finally:
         torch.set_default_dtype(previous_dtype)
-    model.generation_config = GenerationConfig(
-        bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id, pad_token_id=config.pad_token_id
-    )
+    model.generation_config = generation_config(config)
     built = time.perf_counter() - start
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
