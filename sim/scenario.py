@@ -243,24 +243,16 @@ def builtin_scenario(duration_s: float = 3600.0, rate_scale: float = 1.0) -> Sce
         tiers=only("batch"),
     )
     pools = [
-        PoolSpec(
-            name="llama-8b-int4",
-            profile="h200-llama-3.1-8b-int4",
-            gpus=32,
-            quality=0.6,
-            cost_per_1k_tokens=0.02,
-            max_ongoing_requests=128,
+        _pool(
+            "llama-8b-int4",
+            32,
             autoscaling=AutoscalingSpec(
                 min_replicas=4, max_replicas=32, target_ongoing_requests=48, upscale_delay_s=30, downscale_delay_s=300
             ),
         ),
-        PoolSpec(
-            name="llama-70b-fp8",
-            profile="h200-llama-3.1-70b-fp8-tp4",
-            gpus=32,
-            quality=0.9,
-            cost_per_1k_tokens=0.15,
-            max_ongoing_requests=96,
+        _pool(
+            "llama-70b-fp8",
+            32,
             autoscaling=AutoscalingSpec(
                 min_replicas=2, max_replicas=8, target_ongoing_requests=32, upscale_delay_s=60, downscale_delay_s=300
             ),
@@ -323,25 +315,7 @@ def heterogeneous_scenario(duration_s: float = 600.0, rate_scale: float = 1.0) -
     chat = _chat(tiers["interactive"])
     rag = _rag(NormalLength(mean=10000, std=4000, low=2000, high=28000), [tiers["standard"]])
     batch = _batch_jobs(tiers["batch"])
-    short_8b = PRESETS["h200-llama-3.1-8b-int4"].model_copy(update={"context_length": 8192})
-    pools = [
-        PoolSpec(
-            name="llama-8b-int4-8k",
-            profile=short_8b,
-            gpus=8,
-            quality=0.6,
-            cost_per_1k_tokens=0.02,
-            max_ongoing_requests=128,
-        ),
-        PoolSpec(
-            name="llama-70b-fp8",
-            profile="h200-llama-3.1-70b-fp8-tp4",
-            gpus=16,
-            quality=0.9,
-            cost_per_1k_tokens=0.15,
-            max_ongoing_requests=96,
-        ),
-    ]
+    pools = [_pool("llama-8b-int4", 8, name="llama-8b-int4-8k", profile=_SHORT_8B), _pool("llama-70b-fp8", 16)]
 
     return Scenario(
         name="heterogeneous: 24x H200, 8B INT4 (8k context) + 70B FP8 TP4 (32k), steady chat, long RAG, batch",
@@ -411,7 +385,7 @@ def two_variant_scenario(duration_s: float = 300.0, rate_scale: float = 1.0) -> 
         update={"input_len": NormalLength(mean=600, std=300, low=32, high=router.length_threshold_tokens)}
     )
     long = _rag(NormalLength(mean=4000, std=2000, low=1500, high=16000), [tiers["standard"]])
-    pools = _fast_and_slow_pools(PRESETS["h200-llama-3.1-8b-int4"].model_copy(update={"context_length": 8192}))
+    pools = _fast_and_slow_pools(_SHORT_8B)
     rate = TWO_VARIANT_BASE_RATE * rate_scale
     return Scenario(
         name="two_variant: 18x H200, 8B INT4 (8k context, fast decode) + 70B BF16 TP2 (32k, slow decode), "
@@ -432,23 +406,45 @@ def _fast_and_slow_pools(fast: EngineProfile) -> list[PoolSpec]:
     """The fleet of ``tiers`` and ``two_variant``: 2 one-GPU 8B INT4 replicas (``fast``) beside 8 BF16 70B
     TP2 replicas, whose decode step is ~8x longer and whose answers are better."""
     return [
-        PoolSpec(
-            name="llama-8b-int4",
-            profile=fast,
-            gpus=2,
-            quality=0.6,
-            cost_per_1k_tokens=0.02,
-            max_ongoing_requests=128,
-        ),
-        PoolSpec(
-            name="llama-70b-bf16-tp2",
-            profile="h200-llama-3.1-70b-bf16-tp2",
-            gpus=16,
-            quality=0.9,
-            cost_per_1k_tokens=0.1,
-            max_ongoing_requests=64,
-        ),
+        _pool("llama-8b-int4", 2, profile=fast),
+        _pool("llama-70b-bf16-tp2", 16),
     ]
+
+
+# The one-GPU INT4 8B built for 8k tokens rather than its preset's 32k, in the scenarios where long prompts must
+# go to the other variant.
+_SHORT_8B = PRESETS["h200-llama-3.1-8b-int4"].model_copy(update={"context_length": 8192})
+
+
+# Per variant (its pool's name by default): its preset, quality, cost per 1k tokens and max_ongoing_requests.
+_VARIANTS: dict[str, tuple[str, float, float, int]] = {
+    "llama-8b-int4": ("h200-llama-3.1-8b-int4", 0.6, 0.02, 128),
+    "llama-70b-fp8": ("h200-llama-3.1-70b-fp8-tp4", 0.9, 0.15, 96),
+    "llama-70b-bf16-tp2": ("h200-llama-3.1-70b-bf16-tp2", 0.9, 0.1, 64),
+}
+
+
+def _pool(
+    variant: str,
+    gpus: int,
+    *,
+    name: str | None = None,
+    profile: str | EngineProfile | None = None,
+    autoscaling: AutoscalingSpec | None = None,
+) -> PoolSpec:
+    """``gpus`` GPUs of ``variant`` (a key of ``_VARIANTS``), on its preset unless ``profile`` is given."""
+    preset, quality, cost_per_1k_tokens, max_ongoing_requests = _VARIANTS[variant]
+    # Serve's default autoscaling where the scenario names none (left unset, as a PoolSpec written without it).
+    scaled = {} if autoscaling is None else {"autoscaling": autoscaling}
+    return PoolSpec(
+        name=variant if name is None else name,
+        profile=preset if profile is None else profile,
+        gpus=gpus,
+        quality=quality,
+        cost_per_1k_tokens=cost_per_1k_tokens,
+        max_ongoing_requests=max_ongoing_requests,
+        **scaled,
+    )
 
 
 def _steady(name: str, rate: float, seed: int, workload: WorkloadConfig) -> Stream:
