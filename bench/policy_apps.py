@@ -64,3 +64,32 @@ def policy_ingress(args: dict[str, Any], base_app: str) -> Any:
     handles = {v.name: serve.get_deployment_handle(v.deployment_name, base_app) for v in config.variants}
     board = serve.get_deployment_handle("StatsBoard", base_app)
     return _Ingress.options(**config.ingress.deployment_options()).bind(config.model_dump(mode="json"), handles, board)
+
+
+def app_names(policies: list[str]) -> dict[str, str]:
+    """Each policy's app name, which is also its route prefix: ``routing-<policy>``."""
+    return {policy: f"routing-{policy.replace('_', '-')}" for policy in policies}
+
+
+def run_policy_ingresses(
+    base_args: dict[str, Any],
+    names: dict[str, str],
+    base_app: str,
+    profiles: dict[str, dict[str, float]] | None,
+    router: dict[str, Any] | None,
+) -> None:
+    """Deploys the ingress of each policy in ``names`` (see :func:`app_names`) over ``base_app``'s engines.
+
+    All at once: ingress replicas start in parallel (each loads the tokenizer; seconds apiece)."""
+    from ray import serve
+
+    serve.run_many(
+        [
+            serve.RunTarget(
+                policy_ingress(policy_args(base_args, policy, profiles, router), base_app),
+                name=name,
+                route_prefix=f"/{name}",
+            )
+            for policy, name in names.items()
+        ]
+    )

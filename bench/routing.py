@@ -43,7 +43,7 @@ from bench.client import TargetConfig
 from bench.load import drive
 from bench.loadgen import LoadConfig
 from bench.local_serve import local_serve
-from bench.policy_apps import EngineLimits, engine_limits, policy_args, policy_ingress
+from bench.policy_apps import EngineLimits, app_names, engine_limits, run_policy_ingresses
 from bench.routing_plot import sweep_plot
 from router.config import RouterConfig, SLOTier
 from sim.scenario import SCENARIOS
@@ -400,18 +400,8 @@ def run(args: argparse.Namespace) -> int:
         _log(started, f"capacity ~{capacity:.2f} req/s; rates {rates}")
         profiles = {c.variant: c.profile.model_dump() for c in calibration} if args.profile else None
         shortest = min(limit.context_length for limit in limits.values())
-        names = {policy: f"routing-{policy.replace('_', '-')}" for policy in args.policies}
-        # All at once: ingress replicas start in parallel (each loads the tokenizer; seconds apiece).
-        serve.run_many(
-            [
-                serve.RunTarget(
-                    policy_ingress(policy_args(base_args, policy, profiles, args.router), BASE_APP),
-                    name=name,
-                    route_prefix=f"/{name}",
-                )
-                for policy, name in names.items()
-            ]
-        )
+        names = app_names(args.policies)
+        run_policy_ingresses(base_args, names, BASE_APP, profiles, args.router)
         _log(started, f"ingresses up: {', '.join(names.values())}")
         qualities = {v["name"]: float(v.get("quality", 1.0)) for v in base_args["variants"]}
         for name in names.values():

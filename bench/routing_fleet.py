@@ -32,7 +32,7 @@ from bench.client import TargetConfig
 from bench.fleet import app_args, fleet_scenario, scenario_requests
 from bench.load import drive
 from bench.loadgen import LoadConfig
-from bench.policy_apps import engine_limits, policy_args, policy_ingress
+from bench.policy_apps import app_names, engine_limits, policy_args, run_policy_ingresses
 from router.config import Policy, RouterConfig
 from sim.capacity import CapacityEstimate, estimate_capacity
 from sim.scenario import SCENARIOS, Scenario, simulate
@@ -186,7 +186,7 @@ def _deploy(args: argparse.Namespace, base_args: dict, base_url: str, started: f
 
     from serve_app.app import build_app
 
-    names = {policy: f"routing-{policy.replace('_', '-')}" for policy in args.policies}
+    names = app_names(args.policies)
     if args.parallel:
         serve.run_many(
             [
@@ -201,16 +201,7 @@ def _deploy(args: argparse.Namespace, base_args: dict, base_url: str, started: f
     serve.run(build_app(base_args), name=BASE_APP, route_prefix="/")
     limits = asyncio.run(engine_limits(base_url))
     _log(started, f"fleet up: {limits}")
-    serve.run_many(
-        [
-            serve.RunTarget(
-                policy_ingress(policy_args(base_args, policy, None, args.router), BASE_APP),
-                name=name,
-                route_prefix=f"/{name}",
-            )
-            for policy, name in names.items()
-        ]
-    )
+    run_policy_ingresses(base_args, names, BASE_APP, None, args.router)
     _log(started, f"ingresses up: {', '.join(names.values())}")
     return {policy: f"{base_url}/{name}" for policy, name in names.items()}
 

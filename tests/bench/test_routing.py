@@ -4,6 +4,7 @@ import pytest
 
 from bench.calibration import VariantCalibration
 from bench.loadgen import LoadConfig
+from bench.policy_apps import policy_args
 from bench.routing import (
     FULL_FRACTIONS,
     QUICK_FRACTIONS,
@@ -11,7 +12,6 @@ from bench.routing import (
     SweepTarget,
     app_args_from_file,
     fixed_replicas,
-    policy_args,
     probe_burst,
     render_report,
     rescore,
