@@ -35,6 +35,8 @@ BF16 weights loaded by two.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from engines.profile import EngineProfile, Roofline
 
 EMULATED_PREFIX = "emulated:"
@@ -44,15 +46,36 @@ H200_HBM_GB = 141.0
 H100_H200_BF16_TFLOPS = 989.0
 H100_H200_FP8_TFLOPS = 1979.0
 
-LLAMA_8B_INT4_H200 = Roofline(
-    params_b=8.03,
+
+class _Shape(NamedTuple):
+    """What a roofline needs of a model (the docstring's sources): parameters in billions and the KV cache's shape."""
+
+    params_b: float
+    layers: int
+    kv_heads: int
+    head_dim: int
+
+
+_LLAMA_3_1_8B = _Shape(params_b=8.03, layers=32, kv_heads=8, head_dim=128)
+_LLAMA_3_1_70B = _Shape(params_b=70.6, layers=80, kv_heads=8, head_dim=128)
+
+
+def _on_h200(model: _Shape, *, bytes_per_param: float, tp: int, tflops: float) -> Roofline:
+    """``model``'s roofline on ``tp`` H200s, its weights at ``bytes_per_param``, its matmuls at ``tflops``."""
+    return Roofline(
+        **model._asdict(),
+        bytes_per_param=bytes_per_param,
+        tp=tp,
+        hbm_tb_per_s=H200_HBM_TB_PER_S,
+        hbm_gb=H200_HBM_GB,
+        tflops=tflops,
+    )
+
+
+LLAMA_8B_INT4_H200 = _on_h200(
+    _LLAMA_3_1_8B,
     bytes_per_param=0.5,
-    layers=32,
-    kv_heads=8,
-    head_dim=128,
     tp=1,
-    hbm_tb_per_s=H200_HBM_TB_PER_S,
-    hbm_gb=H200_HBM_GB,
     tflops=H100_H200_BF16_TFLOPS,  # W4A16: dequantized to BF16 for the matmuls
 ).profile(
     max_running_requests=128,  # configs/gpu-trtllm.yaml max_batch_size
@@ -61,17 +84,7 @@ LLAMA_8B_INT4_H200 = Roofline(
     source="roofline estimate, Llama-3.1-8B INT4 AWQ on 1x H200 (engines/presets.py docstring)",
 )
 
-LLAMA_70B_FP8_TP4_H200 = Roofline(
-    params_b=70.6,
-    bytes_per_param=1.0,
-    layers=80,
-    kv_heads=8,
-    head_dim=128,
-    tp=4,
-    hbm_tb_per_s=H200_HBM_TB_PER_S,
-    hbm_gb=H200_HBM_GB,
-    tflops=H100_H200_FP8_TFLOPS,
-).profile(
+LLAMA_70B_FP8_TP4_H200 = _on_h200(_LLAMA_3_1_70B, bytes_per_param=1.0, tp=4, tflops=H100_H200_FP8_TFLOPS).profile(
     max_running_requests=96,  # configs/gpu-trtllm.yaml max_batch_size
     context_length=32768,
     startup_s=180.0,
@@ -80,17 +93,7 @@ LLAMA_70B_FP8_TP4_H200 = Roofline(
 
 # The same model unquantized on half the GPUs: a cheaper build whose decode step is three times slower, so
 # that its TPOT reaches an interactive 50 ms target once its batch and prefill load grow.
-LLAMA_70B_BF16_TP2_H200 = Roofline(
-    params_b=70.6,
-    bytes_per_param=2.0,
-    layers=80,
-    kv_heads=8,
-    head_dim=128,
-    tp=2,
-    hbm_tb_per_s=H200_HBM_TB_PER_S,
-    hbm_gb=H200_HBM_GB,
-    tflops=H100_H200_BF16_TFLOPS,
-).profile(
+LLAMA_70B_BF16_TP2_H200 = _on_h200(_LLAMA_3_1_70B, bytes_per_param=2.0, tp=2, tflops=H100_H200_BF16_TFLOPS).profile(
     max_running_requests=64,
     context_length=32768,
     startup_s=240.0,
