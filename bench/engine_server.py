@@ -19,15 +19,12 @@ import contextlib
 import importlib.util
 import json
 import os
-import signal
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 from pydantic import BaseModel, Field
 
+from bench import server_process
 from bench.client import TargetConfig
 from bench.commands import find_command
 from engines.protocol import SamplingParams
@@ -106,52 +103,18 @@ def target(url: str, settings: EngineServerSettings, sampling: SamplingParams) -
     )
 
 
-def _stop(process: subprocess.Popen, grace_s: float = 10.0) -> None:
-    # Its own process group (start_new_session): uvicorn's workers go with it, nothing else does.
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(grace_s)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-
-
-def _tail(path: Path, chars: int = 2000) -> str:
-    try:
-        return path.read_text(errors="replace")[-chars:]
-    except OSError:
-        return ""
-
-
 @contextlib.contextmanager
 def running_server(settings: EngineServerSettings, log_path: Path) -> Iterator[str]:
     """Starts ``transformers serve``, waits for /health, yields its base URL and stops it afterwards."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     url = f"http://{settings.host}:{settings.port}"
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            serve_command(settings),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env={**os.environ, "HF_HUB_OFFLINE": "1"},
-        )
-    try:
-        deadline = time.monotonic() + settings.startup_timeout_s
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"transformers serve exited with {process.returncode}:\n{_tail(log_path)}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/health", timeout=2.0).status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"transformers serve did not answer /health within {settings.startup_timeout_s:g} s:\n"
-                    f"{_tail(log_path)}"
-                )
-            time.sleep(0.5)
+    with server_process.running(
+        serve_command(settings),
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        log_path=log_path,
+        url=url,
+        what="transformers serve",
+        startup_timeout_s=settings.startup_timeout_s,
+        poll_s=0.5,
+    ):
         yield url
-    finally:
-        _stop(process)

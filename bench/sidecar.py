@@ -27,16 +27,12 @@ import contextlib
 import json
 import os
 import shutil
-import signal
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
-import httpx
-
+from bench import server_process
 from engines.config import DEFAULT_LLM_API_OPTIONS, CoalesceConfig, OpenAIServerEngineConfig
 
 EngineServerKind = Literal["transformers", "fake-trtllm"]
@@ -98,35 +94,18 @@ def running_fake(port: int, *, stream_interval: int, step_ms: float, work: Path)
     options.write_text(json.dumps({**DEFAULT_LLM_API_OPTIONS, "stream_interval": stream_interval}))  # YAML too
     log_path = work / f"fake-trtllm-serve-{port}.log"
     url = f"http://127.0.0.1:{port}"
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            fake_argv(port, options),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own group: stopped with its children, nothing else
-            env={**os.environ, "FAKE_TRTLLM_STEP_S": str(step_ms / 1000)},
-        )
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"the fake trtllm-serve exited: {log_path.read_text(errors='replace')[-2000:]}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/health", timeout=2.0).status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"the fake trtllm-serve did not answer /health; see {log_path}")
-            time.sleep(0.2)
-        yield url
+        with server_process.running(
+            fake_argv(port, options),
+            env={**os.environ, "FAKE_TRTLLM_STEP_S": str(step_ms / 1000)},
+            log_path=log_path,
+            url=url,
+            what="the fake trtllm-serve",
+            startup_timeout_s=120.0,
+            poll_s=0.2,
+        ):
+            yield url
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
         options.unlink(missing_ok=True)
 
 
