@@ -25,6 +25,7 @@ silently dropped while an early client disconnect teaches nothing.
 
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import dataclass, field, replace
 
@@ -78,12 +79,25 @@ class RouteTicket:
         }
 
 
+def _long_inflight(needed: dict[int, int], replicas: int) -> int:
+    """The ``replicas``-th largest of the open requests' prompt + max_tokens (0: fewer open than that): spread over
+    the replicas, each one holds a request at least this long. One replica: the longest."""
+    if replicas <= 1:
+        return max(needed.values()) if needed else 0
+    if len(needed) < replicas:
+        return 0
+    return heapq.nlargest(replicas, needed.values())[-1]
+
+
 @dataclass(slots=True)
 class _VariantBook:
     requests: int = 0
     prompt_tokens: int = 0
     unstarted: dict[int, RouteTicket] = field(default_factory=dict)  # id(ticket) -> ticket
     unstarted_prompt_tokens: int = 0
+    # id(ticket) -> prompt + max_tokens of every open request: what a replica must hold for it (the longest
+    # ones tell the policy which requests only this variant could take are on it, router.reservation.holds_exclusive).
+    needed: dict[int, int] = field(default_factory=dict)
     decoding: int = 0  # started, not closed, more than one token asked for
     decoding_max_tokens: float = 0.0  # sum of their max_tokens - 1
     decoding_rate: float = 0.0  # sum of their predicted tokens per second
@@ -127,6 +141,7 @@ class InflightBook:
             variant, prompt_tokens, prediction, now, max_tokens, max(replicas, 1), arrived_at=arrived_at
         )
         book.unstarted[id(ticket)] = ticket
+        book.needed[id(ticket)] = prompt_tokens + max_tokens
         return ticket
 
     def first_token(self, ticket: RouteTicket, now: float) -> None:
@@ -171,6 +186,7 @@ class InflightBook:
         book = self._books[ticket.variant]
         book.requests -= 1
         book.prompt_tokens -= ticket.prompt_tokens
+        book.needed.pop(id(ticket), None)
         if ticket.first_token_at is None:
             self._started(book, ticket)
             if not ok:
@@ -276,4 +292,5 @@ class InflightBook:
             fresh_prompt_tokens=fresh,
             prefill_tokens_per_s=book.decayed_rate(now),
             decode_tokens_left=tokens_left,
+            long_inflight_tokens=_long_inflight(book.needed, view.ready_replicas),
         )

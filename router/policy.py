@@ -43,8 +43,9 @@ How ``slo`` judges, and why:
   are chosen from by the most room (``slo_likely``): the chance of meeting comes before quality.
 * **Room for those with nowhere else to go** (``router.reservation``). A variant recently the only one sure
   to meet some kind of request (or, when none is sure, the one suiting it best idle) keeps room for that kind:
-  a request that meets its SLO elsewhere goes there instead. Past capacity, a request looser than a kind it
-  would make miss on its variant yields the variant to them (``yielded_to_reservation``).
+  a request that meets its SLO elsewhere goes there instead, and so does one sure to be met elsewhere while the
+  variant holds work that only it could take (``holds_exclusive``). Past capacity, a request looser than a kind
+  it would make miss on its variant yields the variant to them (``yielded_to_reservation``).
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ from router.baselines import BASELINES
 from router.config import RouterConfig
 from router.latency import _MAX_PREFILL_SHARE, LatencyModel, Load, clamp_slowdown, margin_class
 from router.load import queue_bound, replica_load, serving_replicas
-from router.reservation import crowded_out, record_exclusive, reserve_room
+from router.reservation import crowded_out, holds_exclusive, record_exclusive, reserve_room
 from router.shedding import is_hopeless
 from router.shedding import retry_after_s as shed_retry_after_s
 from router.types import Decision, Prediction, Reason, RequestFeatures, RouterState, VariantView, ttft_budget
@@ -139,7 +140,9 @@ def _decide(
                 likely.append(view)
 
     if config.policy == "slo":
-        return _route_slo(request, candidates, loads, predictions, admissible, sure, likely, expected, config, state)
+        return _route_slo(
+            request, candidates, loads, predictions, admissible, sure, likely, expected, config, state, idle=idle
+        )
     choose, reason = BASELINES[config.policy]
     chosen = choose(request, candidates, loads, config, state)
     if loads[chosen.name].waiting_for_slot > bound:
@@ -315,8 +318,10 @@ def _route_slo(
     expected: dict[str, float],
     config: RouterConfig,
     state: RouterState,
+    *,
+    idle: bool = False,
 ) -> Decision:
-    """The SLO policy's pick among ``candidates``.
+    """The SLO policy's pick among ``candidates`` (``idle``: as on an idle fleet, :func:`route_idle`).
 
     ``likely`` are the admissible variants whose *mean* prediction meets the SLO, and ``expected`` each
     admissible one's mean prediction's largest ratio to a target (above 1: a miss), both from the candidates'
@@ -350,7 +355,12 @@ def _route_slo(
         # changes nothing.
         if config.reserve_slack > 0:
             best_room = reserve_room(best, loads[best.name], request, state, config, count_own_kind=False)
-            if best_room < config.reserve_slack:
+            short = best_room < config.reserve_slack
+            # Work that only ``best`` could take is on it (router.reservation.holds_exclusive) and another variant
+            # is sure to meet this request: it goes there rather than into that work's steps, whatever the
+            # predicted room says (the mixed steps are what the model under-predicts). Not on an idle fleet.
+            mixing = not idle and len(sure) > 1 and holds_exclusive(best, candidates)
+            if short or mixing:
                 meeting_names = {v.name for v in meeting}
                 options = meeting + [v for v in likely if v.name not in meeting_names]
                 if len(options) > 1:
@@ -359,11 +369,18 @@ def _route_slo(
                         if v.name != best.name:
                             room[v.name] = reserve_room(v, loads[v.name], request, state, config, count_own_kind=True)
                     free = [v for v in options if room[v.name] >= config.reserve_slack]
-                    pool = (
-                        [v for v in free if v.name in meeting_names]
-                        or free
-                        or [max(meeting, key=lambda v: room[v.name])]
-                    )
+                    if short:
+                        pool = (
+                            [v for v in free if v.name in meeting_names]
+                            or free
+                            or [max(meeting, key=lambda v: room[v.name])]
+                        )
+                    else:  # room enough on ``best``: only a sure variant with room and no such work of its own
+                        pool = [
+                            v
+                            for v in free
+                            if v.name in meeting_names and v.name != best.name and not holds_exclusive(v, candidates)
+                        ] or [best]
                     kept, _ = pick(pool)
                     if kept.name != best.name:
                         best, reason = kept, Reason.SLO_MET_AROUND_RESERVATION

@@ -19,9 +19,15 @@ long enough to make every interactive request miss still leaves room under.) Var
 least ``reserve_slack`` of room are free to take the request; when none would, the request goes where the
 least harm is done (the most room left). Only variants that meet the request's own SLO are considered: a
 reservation never turns a met SLO into a miss.
+
+Besides the predicted room, presence: while a variant has work on it that no other candidate could take (a
+prompt beyond their contexts, queued or running: :func:`holds_exclusive`), a request that another variant is
+sure to meet, with room there, goes to that one; the mixed steps a prediction under-rates are not risked.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from router.config import RouterConfig
 from router.latency import Load
@@ -70,6 +76,24 @@ def reserve_room(
     if not live:
         return 1.0
     return _room(view, _taking(view, load, request), live, config.error_margin_scale, config.ttft_path_ms)
+
+
+def holds_exclusive(view: VariantView, candidates: Sequence[VariantView]) -> bool:
+    """Whether ``view`` has work on every replica that no other of ``candidates`` could take: a request of the
+    ingress's whose prompt + max_tokens is beyond every other candidate's context (``long_inflight_tokens``:
+    every replica holds one that long), queued or running.
+
+    A request that another variant is sure to meet does not join it (router.policy): its prefill and decode
+    would share that work's steps, and the reservation's room, a prediction, does not see what mixed steps cost
+    an engine whose steps mix a long prefill's chunks with decodes. On the transformers CPU engine they cost
+    2-3x the model's figures, so the long prompts that had only this variant missed their TTFT with room
+    predicted to spare (docs/routing.md, "Session 13"). Presence rather than a prediction: the first such error
+    is measured after the decisions it would have changed."""
+    needed = view.long_inflight_tokens
+    if needed <= 0:
+        return False
+    others = [v.context_length for v in candidates if v is not view]
+    return bool(others) and needed > max(others)
 
 
 def _targets(request: RequestFeatures) -> Targets:

@@ -119,6 +119,10 @@ class VariantView:
     recent_tpot_ms: float = 0.0
     recent_decode_batch: float = 0.0
     context_tokens: int = 0  # tokens the ready replicas' running sequences hold in KV, as reported (0: unknown)
+    # prompt + max_tokens that every ready replica's longest open request of this ingress reaches, assuming they
+    # spread over the replicas (the ready_replicas-th largest; 0: fewer open requests than replicas): whether work
+    # that only this variant could take is on each of them (router.reservation.holds_exclusive).
+    long_inflight_tokens: int = 0
 
 
 # Not frozen: one is built per candidate variant per decision, and a frozen dataclass's __init__ costs three

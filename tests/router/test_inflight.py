@@ -47,6 +47,23 @@ def test_a_ticket_closes_once_even_without_a_first_token():
     assert (view.inflight, view.unstarted_prompt_tokens) == (0, 0)
 
 
+def test_the_longest_open_requests_per_replica_are_in_the_view_until_they_close():
+    b = book()
+    chat = b.open("big", 100, prediction(), now=0.0, max_tokens=28)
+    long = b.open("big", 3000, prediction(), now=0.1, max_tokens=128)
+    b.first_token(long, now=0.5)  # running counts as much as queued
+
+    assert b.annotate(big(), now=0.6, report_at=None).long_inflight_tokens == 3128
+    # Two replicas: each holds one of the two at best, so the shorter one is what both are sure to hold.
+    assert b.annotate(big(ready_replicas=2), now=0.6, report_at=None).long_inflight_tokens == 128
+    assert b.annotate(big(ready_replicas=3), now=0.6, report_at=None).long_inflight_tokens == 0
+
+    b.close(long, 128, now=1.0, ok=True)
+    assert b.annotate(big(), now=1.0, report_at=None).long_inflight_tokens == 128
+    b.close(chat, 28, now=1.1, ok=True)
+    assert b.annotate(big(), now=1.1, report_at=None).long_inflight_tokens == 0
+
+
 def test_the_prompt_token_rate_rises_with_dispatches_and_decays_without():
     b = book()
     for i in range(10):

@@ -9,6 +9,7 @@ room a reservation computes is plain arithmetic: 1 - predicted / target.
 from __future__ import annotations
 
 from router import SLO, LatencyModel, Reason, RequestFeatures, RouterConfig, RouterState, route
+from router.policy import route_idle
 from router.reservation import record_exclusive
 from tests.router.views import SMALL_PROFILE, big, saturated, small
 
@@ -329,3 +330,57 @@ def test_a_variant_whose_long_prompts_are_unchecked_keeps_the_cold_start_margin_
 
     assert decision.variant == "small"
     assert decision.reason == Reason.SLO_MET_AROUND_RESERVATION
+
+
+# A 3000-token prompt and its 128 tokens, open on big: beyond small's 2k context, so only big could take it.
+HOLDING_LONG = {"long_inflight_tokens": 3128}
+
+
+def test_a_request_sure_elsewhere_does_not_join_a_variant_holding_work_only_it_could_take():
+    # Big meets the chat with room to spare (no exclusive demand recorded, so no predicted reservation either).
+    decision = route(request(100, INTERACTIVE), [small(), big(**HOLDING_LONG)], RouterConfig(), RouterState())
+
+    assert decision.variant == "small"
+    assert decision.reason == Reason.SLO_MET_AROUND_RESERVATION
+
+
+def test_work_that_another_variant_could_take_keeps_nothing():
+    # 2000 tokens fit small's 2048: that request was not big's alone.
+    views = [small(), big(long_inflight_tokens=2000)]
+    decision = route(request(100, INTERACTIVE), views, RouterConfig(), RouterState())
+
+    assert decision.variant == "big"
+    assert decision.reason == Reason.SLO_MET_BEST_QUALITY
+
+
+def test_a_request_no_other_variant_is_sure_to_meet_still_joins_the_variant_holding_such_work():
+    # Small's queue puts the chat's TTFT past its target there: big is the only sure one.
+    views = [small(**saturated(queued=8)), big(**HOLDING_LONG)]
+    decision = route(request(100, INTERACTIVE), views, RouterConfig(), RouterState())
+
+    assert decision.predictions["small"].meets_slo is False
+    assert decision.variant == "big"
+
+
+def test_a_request_keeps_away_only_for_a_variant_with_room_of_its_own():
+    config = RouterConfig()
+    # Small recently was the only one to meet interactive chat, and with 2400 prompt tokens queued a chat after
+    # this request would find 10 + 0.1 * (2400 + 100 + 100) = 270 ms of its 300: less than reserve_slack left.
+    state = RouterState()
+    record_exclusive(state.exclusive, "small", request(100, INTERACTIVE), state.decisions)
+    views = [small(running_requests=4, queued_requests=1, queued_prompt_tokens=2400), big(**HOLDING_LONG)]
+    decision = route(request(100, SLO(ttft_ms=2000.0, tpot_ms=100.0)), views, config, state)
+
+    assert decision.predictions["small"].meets_slo
+    assert decision.variant == "big"
+
+
+def test_an_idle_fleet_has_no_such_work_on_it():
+    views = [small(), big(**HOLDING_LONG)]
+    assert route_idle(request(100, INTERACTIVE), views, RouterConfig()).variant == "big"
+
+
+def test_reserve_slack_zero_turns_keeping_away_from_such_work_off():
+    views = [small(), big(**HOLDING_LONG)]
+    decision = route(request(100, INTERACTIVE), views, RouterConfig(reserve_slack=0.0), RouterState())
+    assert decision.variant == "big"
