@@ -35,13 +35,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from core.errors import EngineConfigError
 from engines.model_cache import build_once, content_key, named
-
-if TYPE_CHECKING:
-    from engines.random_models import RandomShape
 
 BUILTIN_PREFIX = "builtin:"
 # Bump when the way files are generated changes, so that stale caches are not reused.
@@ -220,7 +217,24 @@ def _deterministic_torch(seed: int) -> Iterator[None]:
             torch.use_deterministic_algorithms(deterministic)
 
 
-def llama_config(shape: BuiltinSpec | RandomShape, tokenizer, **settings: Any):
+class LlamaShape(Protocol):
+    """The dimensions a Llama config takes from a model's spec (a :class:`BuiltinSpec`, a random model's shape)."""
+
+    @property
+    def hidden_size(self) -> int: ...
+    @property
+    def num_layers(self) -> int: ...
+    @property
+    def num_heads(self) -> int: ...
+    @property
+    def num_kv_heads(self) -> int: ...
+    @property
+    def intermediate_size(self) -> int: ...
+    @property
+    def context_length(self) -> int: ...
+
+
+def llama_config(shape: LlamaShape, tokenizer, **settings: Any):
     """The ``LlamaConfig`` of ``shape`` with ``tokenizer``'s vocabulary and special tokens, and ``settings``."""
     from transformers import LlamaConfig
 
