@@ -135,8 +135,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--engine-process",
-        action="store_true",
-        help="the stack's engine runs its batch loop in its own process (engine_process: true); meant for GPU runs",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="whether the stack's hf engine runs its batch loop in its own process (engine_process; default: the "
+        "config's default, on); the engine alone always runs in-process",
     )
     p.add_argument("--ingress-replicas", type=int, default=1, help="the stack's ingress replicas (default 1)")
     p.add_argument(
@@ -205,6 +207,7 @@ def engine_config(
         max_queued_requests=max(256, 4 * max_running),
         num_blocks=num_blocks,
         max_batch_tokens=max_batch_tokens,
+        engine_process=False,  # the engine alone, in this process; the stack's variant decides its own
     )
 
 
@@ -309,8 +312,10 @@ class _Run:
         update: dict[str, Any] = {}
         if self.args.coalesce_ms is not None:
             update["coalesce"] = CoalesceConfig(interval_ms=self.args.coalesce_ms)
-        if self.args.engine_process:
-            update["engine_process"] = True
+        if isinstance(self.engine, HFEngineConfig):
+            # The engine alone runs in-process; the stack's replica as a user's config has it, unless told.
+            default = HFEngineConfig.model_fields["engine_process"].default
+            update["engine_process"] = default if self.args.engine_process is None else self.args.engine_process
         if isinstance(self.engine, HFEngineConfig) and self.device == "cpu" and self.args.threads is None:
             # The replica's own choice (HFEngineConfig.for_replica: its reserved CPUs, one here), as a user's
             # CPU replica gets it; the engine alone keeps every core. Two threads in the replica made 1,270-1,630

@@ -60,7 +60,10 @@ def test_engine_process_and_ingress_replicas_flags_reach_the_stack_app():
     args = build_parser().parse_args(["overhead", "--engine-process", "--ingress-replicas", "2"])
     assert (args.engine_process, args.ingress_replicas) == (True, 2)
     assert build_parser().parse_args(["overhead"]).ingress_replicas == 1
+    assert build_parser().parse_args(["overhead", "--no-engine-process"]).engine_process is False
+    assert build_parser().parse_args(["overhead"]).engine_process is None  # the config's default for the stack
     engine = engine_config("/m", "cuda", threads=None, max_running=64, context_length=1024)
+    assert engine.engine_process is False  # the engine alone runs in the bench's process
     engine = engine.model_copy(update={"engine_process": True})
     app = stack_app_args(engine, device="cuda", max_tokens=128, max_concurrency=64, ingress_replicas=2)
     config = load_app_config(app)

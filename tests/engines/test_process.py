@@ -65,9 +65,10 @@ def _tokenizer():
     return AutoTokenizer.from_pretrained(resolve_model("builtin:tiny"))
 
 
-def test_the_engine_process_option_defaults_off_and_the_factory_honours_it():
-    assert HFEngineConfig(model="builtin:tiny").engine_process is False
-    assert isinstance(make_engine(HFEngineConfig(model="builtin:tiny")), HFEngine)
+def test_the_engine_process_option_defaults_on_and_the_factory_honours_it():
+    assert HFEngineConfig(model="builtin:tiny").engine_process is True
+    assert isinstance(make_engine(HFEngineConfig(model="builtin:tiny")), ProcessEngine)
+    assert isinstance(make_engine(HFEngineConfig(model="builtin:tiny", engine_process=False)), HFEngine)
     # The child builds the in-process engine of the same config, never another process engine.
     assert ProcessEngine(CONFIG).config.engine_process is False
 
