@@ -6,6 +6,8 @@ Its own module because it dispatches over both generated kinds, and ``engines.ra
 
 from __future__ import annotations
 
+import asyncio
+
 from engines.builtin import BUILTIN_PREFIX, ensure_builtin
 from engines.random_models import RANDOM_PREFIX, resolve_random
 
@@ -18,3 +20,11 @@ def resolve_model(model: str) -> str:
     if not model.startswith(BUILTIN_PREFIX):
         return model
     return str(ensure_builtin(model.removeprefix(BUILTIN_PREFIX)))
+
+
+async def resolve_model_off_loop(model: str) -> str:
+    """``resolve_model`` for an engine's start on the replica's event loop: a generated model is built on a worker
+    thread (seconds of CPU on first use, which would stall every stream the loop serves)."""
+    if not model.startswith((BUILTIN_PREFIX, RANDOM_PREFIX)):
+        return model
+    return await asyncio.to_thread(resolve_model, model)

@@ -55,6 +55,7 @@ from core.errors import EngineConfigError, EngineDeadError, InvalidRequestError,
 from engines.checkpoint import CheckpointInfo, validate_engine_config, visible_gpu_count
 from engines.coalesce import coalesce, interval_s
 from engines.config import OpenAIServerEngineConfig, is_trtllm_serve
+from engines.model_ref import resolve_model_off_loop
 from engines.output import OutputStream
 from engines.ports import free_port
 from engines.protocol import (
@@ -271,11 +272,7 @@ class OpenAIServerEngine(Engine):
 
     async def start(self) -> None:
         config = self._config
-        model = config.model
-        if model.startswith("builtin:"):
-            from engines.model_ref import resolve_model
-
-            model = await asyncio.to_thread(resolve_model, model)
+        model = await resolve_model_off_loop(config.model)
         self._served_model = config.served_model_name or model
         # trtllm-serve's backend must be able to load it; a remote server's GPUs are not ours to count.
         self._checkpoint = validate_engine_config(

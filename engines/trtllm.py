@@ -59,6 +59,7 @@ from core.errors import EngineConfigError, EngineDeadError, InvalidRequestError
 from engines.checkpoint import CheckpointInfo, validate_engine_config, visible_gpu_count
 from engines.coalesce import coalesce, interval_s
 from engines.config import TRTLLMEngineConfig
+from engines.model_ref import resolve_model_off_loop
 from engines.output import OutputStream
 from engines.protocol import (
     FINISH_ABORT,
@@ -312,11 +313,7 @@ class TRTLLMEngine(Engine):
     async def start(self) -> None:
         config = self._config
         self._stopping = asyncio.get_running_loop().create_future()
-        model = config.model
-        if model.startswith("builtin:"):
-            from engines.model_ref import resolve_model
-
-            model = await asyncio.to_thread(resolve_model, model)
+        model = await resolve_model_off_loop(config.model)
         # The checkpoint's loader is checked too: it refuses what the chosen backend cannot load.
         self._checkpoint = validate_engine_config(config, model=model, num_gpus=visible_gpu_count())
         engine_format = config.engine_format
