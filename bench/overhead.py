@@ -171,8 +171,8 @@ def num_requests(concurrency: Sequence[int], explicit: int | None, quick: bool) 
     Eight, not two: a level's first round opens every stream's connection and starts the streams in lockstep,
     and its last round ends with the loop draining; with two rounds those ends were half of what was measured
     (the stack's 64-stream figure on this 2-core CPU: 0.94 of the engine at eight rounds, 0.91-0.95 at two).
-    Quick once ran one round: 16 streams of 64 tokens took 0.2 s, so the first round's TTFT decided the tokens/s
-    (the stack 0.51-0.54 of the hf engine at one round, 0.57-0.91 at eight; results/streaming/session13)."""
+    Quick once ran one round: its short requests then ended within a fraction of a second, and the first round's TTFT
+    decided the tokens/s (docs/streaming.md, session 13)."""
     del quick  # the same rounds; kept in the signature for the callers that say which run they plan
     if explicit is not None:
         return {c: explicit for c in concurrency}
@@ -318,8 +318,8 @@ class _Run:
             update["engine_process"] = default if self.args.engine_process is None else self.args.engine_process
         if isinstance(self.engine, HFEngineConfig) and self.device == "cpu" and self.args.threads is None:
             # The replica's own choice (HFEngineConfig.for_replica: its reserved CPUs, one here), as a user's
-            # CPU replica gets it; the engine alone keeps every core. Two threads in the replica made 1,270-1,630
-            # tokens/s against 1,820-2,170 with one (16 streams, this 2-core CPU; results/streaming/session13).
+            # CPU replica gets it; the engine alone keeps every core. Two OpenMP threads in a replica spin at every
+            # barrier while the stack's other processes hold a core (docs/streaming.md, session 13).
             update["num_threads"] = None
         return self.engine.model_copy(update=update) if update else self.engine
 

@@ -355,8 +355,8 @@ def _held_fraction(cache: Any) -> float:
 
     transformers keeps a finished request's complete blocks as a prefix cache (``BlockLedger.cached_blocks``) and
     ``compute_free_capacity`` counts them as used, though they are evicted as soon as a request needs the room: counted
-    as used, two streams of 600 tokens on two replicas read as 0.8 of their caches and held the autoscaler's ``kv``
-    signal at one replica more than the load needed (tests/serve_app/test_autoscaling.py).
+    as used, a replica's cache read as filling with every request it had finished, and the autoscaler's ``kv`` signal
+    kept replicas the load no longer needed (tests/serve_app/test_autoscaling.py).
     """
     free = float(cache.compute_free_capacity(relative=True))
     total_bytes = cache.num_sectors * cache.bytes_per_sector
@@ -366,4 +366,3 @@ def _held_fraction(cache: Any) -> float:
             if ledger is not None:
                 free += len(ledger.cached_blocks) * allocator.bytes_per_block / total_bytes
     return min(1.0, max(0.0, 1.0 - free))
-
