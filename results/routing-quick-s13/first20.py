@@ -17,5 +17,6 @@ for run in sys.argv[1:]:
         rest = [r for r in records if r["start_s"] >= 2.0]
         print(
             f"{root.name} {path.parent.parent.name:16} {path.parent.name:10} n={len(records):3} "
-            f"all {attainment(records):5.1f} first20 {attainment(head):5.1f} (n={len(head)}) rest {attainment(rest):5.1f}"
+            f"all {attainment(records):5.1f} first20 {attainment(head):5.1f} (n={len(head)}) "
+            f"rest {attainment(rest):5.1f}"
         )
