@@ -308,19 +308,20 @@ class _Run:
 
     @property
     def stack_engine(self) -> BenchEngine:
-        """The stack's variant: the same engine, with --coalesce-ms and --engine-process when given."""
+        """The stack's variant: the same engine as a user's replica runs it (the hf engine in its own process, with
+        the replica's own thread count on CPU), and --coalesce-ms, --[no-]engine-process and --threads when given."""
         update: dict[str, Any] = {}
         if self.args.coalesce_ms is not None:
             update["coalesce"] = CoalesceConfig(interval_ms=self.args.coalesce_ms)
         if isinstance(self.engine, HFEngineConfig):
-            # The engine alone runs in-process; the stack's replica as a user's config has it, unless told.
+            # The engine alone runs in-process (engine_config); the stack's replica has the config's default.
             default = HFEngineConfig.model_fields["engine_process"].default
             update["engine_process"] = default if self.args.engine_process is None else self.args.engine_process
-        if isinstance(self.engine, HFEngineConfig) and self.device == "cpu" and self.args.threads is None:
-            # The replica's own choice (HFEngineConfig.for_replica: its reserved CPUs, one here), as a user's
-            # CPU replica gets it; the engine alone keeps every core. Two OpenMP threads in a replica spin at every
-            # barrier while the stack's other processes hold a core (docs/streaming.md, session 13).
-            update["num_threads"] = None
+            if self.device == "cpu" and self.args.threads is None:
+                # The replica's own choice (HFEngineConfig.for_replica: its reserved CPUs, one here); the engine
+                # alone keeps every core. Two OpenMP threads in a replica spin at every barrier while the stack's
+                # other processes hold a core (docs/streaming.md, session 13).
+                update["num_threads"] = None
         return self.engine.model_copy(update=update) if update else self.engine
 
     def specs(self, concurrency: int, *, as_text: bool) -> list[RequestSpec]:

@@ -86,8 +86,8 @@ def holds_exclusive(view: VariantView, candidates: Sequence[VariantView]) -> boo
     A request that another variant is sure to meet does not join it (router.policy): its prefill and decode
     would share that work's steps, and the reservation's room, a prediction, does not see what mixed steps cost
     an engine whose steps mix a long prefill's chunks with decodes. On the transformers CPU engine they cost
-    2-3x the model's figures, so the long prompts that had only this variant missed their TTFT with room
-    predicted to spare (docs/routing.md, "Session 13"). Presence rather than a prediction: the first such error
+    several times the model's figures, so the long prompts that had only this variant missed their TTFT with
+    room predicted to spare (docs/routing.md, "Session 13"). Presence rather than a prediction: the first such error
     is measured after the decisions it would have changed."""
     needed = view.long_inflight_tokens
     if needed <= 0:

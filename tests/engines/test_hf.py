@@ -180,18 +180,26 @@ async def test_stats_report_the_pace_the_running_sequences_decoded_at(engine):
     await _wait_idle(engine)
 
 
-async def test_stats_report_the_context_the_running_sequences_hold(engine):
-    prompt = engine.tokenizer.encode("The river runs through the old town and under the bridge")
-    stream = engine.generate(_request(prompt, max_tokens=200, ignore_eos=True))
+async def _stats_midway(engine, prompt, *, after_tokens: int, max_tokens: int):
+    """The engine's stats once a stream of ``prompt`` has yielded ``after_tokens`` tokens; the stream is then closed
+    and the engine left idle."""
+    stream = engine.generate(_request(prompt, max_tokens=max_tokens, ignore_eos=True))
     async with contextlib.aclosing(stream):
         seen = 0
         async for delta in stream:
             seen += len(delta.token_ids)
-            if seen >= 8:
+            if seen >= after_tokens:
                 break
-        # The prompt and the tokens generated so far sit in the KV cache (a step may run ahead of the stream).
-        assert engine.stats().context_tokens >= len(prompt) + 7
+        stats = engine.stats()
     await _wait_idle(engine)
+    return stats
+
+
+async def test_stats_report_the_context_the_running_sequences_hold(engine):
+    prompt = engine.tokenizer.encode("The river runs through the old town and under the bridge")
+    stats = await _stats_midway(engine, prompt, after_tokens=8, max_tokens=200)
+    # The prompt and the tokens generated so far sit in the KV cache (a step may run ahead of the stream).
+    assert stats.context_tokens >= len(prompt) + 7
     assert engine.stats().context_tokens == 0
 
 
@@ -199,15 +207,8 @@ async def test_kv_blocks_count_what_running_requests_hold_not_the_prefix_cache(e
     # A finished request's complete blocks stay in transformers' prefix cache, evicted when a request needs them:
     # counted as used they held the autoscaler's kv signal up after the load had gone.
     prompt = engine.tokenizer.encode("A long walk along the river")
-    stream = engine.generate(_request(prompt, max_tokens=120, ignore_eos=True))
-    async with contextlib.aclosing(stream):
-        seen = 0
-        async for delta in stream:
-            seen += len(delta.token_ids)
-            if seen >= 100:
-                break
-        assert engine.stats().kv_blocks_used >= 100 // engine.config.page_size  # a step may run ahead
-    await _wait_idle(engine)
+    stats = await _stats_midway(engine, prompt, after_tokens=100, max_tokens=120)
+    assert stats.kv_blocks_used >= 100 // engine.config.page_size  # a step may run ahead
     for n in range(3):
         await _collect(engine, _request(prompt, rid=f"kv-{n}", max_tokens=80, ignore_eos=True))
     await _wait_idle(engine)
