@@ -2,9 +2,10 @@
 
 One :class:`Ledger` (in the :class:`KeyLimiter` deployment, one replica) is the authority over each key's
 requests-per-minute and tokens-per-minute buckets and its stream slots. An ingress replica does not ask it per
-request: it *leases* a share (what the request needs plus a tenth of the key's per-minute limit) and spends it
-locally (:class:`SharedLimits`), so most requests cost no call at all; what it has not spent goes back within a
-lease period (``LEASE_PERIOD_S``), so that an idle replica does not strand a key's budget.
+request: it *leases* a share (what the request needs plus a tenth of the key's per-minute limit in whole units, and only
+the need once the key's budget runs low) and spends it locally (:class:`SharedLimits`), so most requests cost no
+call at all; what it has not spent goes back within a lease period (``LEASE_PERIOD_S``), so that an idle replica
+does not strand a key's budget.
 
 Why the sums hold: the ledger refills a bucket only up to its capacity less what is leased out, so what every
 replica can spend at once never exceeds one key's limit. Stream slots are leased one at a time; an idle slot
@@ -21,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -196,7 +198,13 @@ class Ledger:
 
     @staticmethod
     def _take(pool: _Pool, need: float) -> float:
-        amount = min(pool.level, need + pool.capacity * LEASE_SHARE)
+        # The share beyond the need is whole units (a fraction of a request left in each of two replicas is a
+        # request neither can admit), and none is given once the pool runs low: at the end of a key's budget
+        # each grant is exactly what a request needs, so the last units are not stranded in another replica.
+        share = math.floor(pool.capacity * LEASE_SHARE)
+        if pool.level - need < 2 * share:
+            share = 0
+        amount = min(pool.level, need + share)
         pool.level -= amount
         return amount
 

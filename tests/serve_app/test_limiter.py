@@ -135,6 +135,24 @@ async def test_two_replicas_share_one_keys_request_limit():
     assert set(ledger.ledger.holders("alice")) == {limits._holder for limits, _ in replicas}
 
 
+@pytest.mark.parametrize("requests_per_minute", [3, 6, 25])
+async def test_every_request_of_a_small_limit_is_admitted_whichever_replica_takes_it(requests_per_minute):
+    # A share of 0.6 requests left in each of two replicas used to be a request neither could admit: the
+    # endpoint gave 5 of 6 (CI, 2026-12-05).
+    clock = Clock()
+    ledger = InProcessLedger(clock)
+    replicas = _replicas(2, ledger, clock, requests_per_minute=requests_per_minute)
+    assert await _admitted(replicas, tokens=1, attempts=3 * requests_per_minute) == requests_per_minute
+
+
+def test_grants_are_whole_requests_and_exact_once_the_budget_runs_low():
+    ledger = Ledger()
+    limits = KeyLimits(requests_per_minute=25)  # a share of 2.5 requests: 2
+    grants = [ledger.lease(h, "alice", limits, 1, 0, 0, now=0.0).requests for h in "ab" * 5]
+    assert grants == [3] * 7 + [1] * 3  # 4 left, under the need and two shares: from there on, only the need
+    assert all(g == int(g) for g in grants)
+
+
 async def test_two_replicas_share_one_keys_token_limit_and_unspent_budget_comes_back():
     clock = Clock()
     ledger = InProcessLedger(clock)

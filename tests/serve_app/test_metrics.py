@@ -106,8 +106,12 @@ def test_a_served_request_records_measured_over_predicted_per_measure():
 
     m = _recorder_metrics()
     recorder = RequestRecorder(m, "tiny", 300.0, 50.0, Prediction(ttft_ms=1e-3, tpot_ms=1e-3, meets_slo=True))
+    # Two monotonic readings can be under a microsecond apart on a fast machine: let real time pass.
+    time.sleep(0.002)
     recorder.chunk(1)
+    time.sleep(0.002)
     recorder.chunk(5)
+    time.sleep(0.01)
     recorder.finish(10, 5, 200)
     ratios = {tags["measure"]: value for value, tags, _ in m.prediction_ratio.calls}
     assert set(ratios) == {"ttft", "tpot"}
