@@ -187,14 +187,15 @@ class EngineLoadPolicy:
             while self._demand and self._demand[0][0] < now - self.targets.trend_window_s:
                 self._demand.popleft()
             decision = scaled_ahead(decision, list(self._demand), scaling, self.targets)
-        if decision.replicas != self._last_asked:
+        deployment = getattr(ctx, "deployment_name", None)  # None: not Serve's controller (the simulator's context)
+        if decision.replicas != self._last_asked and deployment is not None:
             # Serve logs that its target changed, not why: this line in the controller's log says which signal asked
             # (once per change of the ask: the policy runs every control loop, through Serve's delays).
             self._last_asked = decision.replicas
             asks = ", ".join(f"{name} {ask:.2f}" for name, ask in sorted(decision.by_signal.items()))
             logger.info(
                 "%s: %d -> %d replicas (%s; asks %s)",
-                getattr(ctx, "deployment_name", "?"),
+                deployment,
                 scaling.target_replicas,
                 decision.replicas,
                 decision.signal,

@@ -352,3 +352,23 @@ async def test_a_load_step_scales_the_variant_up_and_back_down_without_cutting_a
     assert len(accepted) >= 12
     cut = [o for o in accepted if not (o["done"] and o["finish_reason"] == "length" and o["error"] is None)]
     assert cut == []
+
+
+def test_the_policy_logs_each_change_of_its_ask_in_serves_controller_only(caplog):
+    from types import SimpleNamespace
+
+    policy = EngineLoadPolicy()
+    idle, busy = EngineStats(max_running_requests=16), EngineStats(running_requests=30, max_running_requests=16)
+    with caplog.at_level("INFO", logger="ray.serve"):
+        for stats in (idle, idle, busy, busy):
+            policy(_ray_context(_reported(stats), running=1))
+    lines = [r.getMessage() for r in caplog.records if "replicas (" in r.getMessage()]
+    assert len(lines) == 2 and lines[-1].startswith("variant-tiny: 1 -> 3 replicas (slots;"), lines
+
+    caplog.clear()
+    ctx = _ray_context(_reported(busy), running=1)
+    simulated = SimpleNamespace(**{k: getattr(ctx, k) for k in dir(ctx) if not k.startswith("_")})
+    del simulated.deployment_name  # what the simulator hands the policy: no deployment, nothing to log
+    with caplog.at_level("INFO", logger="ray.serve"):
+        EngineLoadPolicy()(simulated)
+    assert not [r for r in caplog.records if "replicas (" in r.getMessage()]
