@@ -22,12 +22,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "step_s12"))
 
-from levers import scale_ups_outside  # noqa: E402
+from levers import scale_ups_outside
 
-from bench.spike_fleet import DURATIONS_S, FLEET, SHAPES, SpikeFleet  # noqa: E402
-from bench.spike_report import mode_report  # noqa: E402
-from sim.replica_starts import ProcessStarts  # noqa: E402
-from sim.spike import simulate_spike  # noqa: E402
+from bench.spike_fleet import DURATIONS_S, FLEET, SHAPES, SpikeFleet
+from bench.spike_report import mode_report
+from sim.replica_starts import ProcessStarts
+from sim.spike import simulate_spike
 
 SEEDS = (0, 1, 2)
 QUEUE = (24, 0.0, 2.7)
