@@ -14,7 +14,8 @@ token at once; a consumer that is behind takes everything that piled up in one m
 Iteration ends are timed by :class:`engines.iteration_timer.IterationTimer` (a timerfd on Linux: asyncio's own
 timers fire up to a millisecond late) on the engine's own timeline (the next one starts where the last one was
 planned to end), so an event loop that is a little late now and then does not slow the engine down; one that falls
-behind by more than an iteration restarts the timeline from now, as a real engine on a starved host would.
+behind by more than an iteration restarts the timeline from now, as a real engine on a starved host would, and
+that is counted (``late_restarts``, ``late_lost_s``) and logged: the emulation is then slower than its profile.
 
 What it costs is kept apart from the stream path it shares with the real backends: ``scheduler_cpu_s`` is
 the CPU spent in the iteration callbacks (scheduling, drawing tokens, waking streams), ``generated_tokens``
@@ -52,6 +53,8 @@ from engines.rate import TokenRate
 from engines.token_source import TokenSource
 
 logger = logging.getLogger(__name__)
+
+LATE_REPORT_S = 10.0  # the shortest time between two log lines about a late event loop
 
 
 @dataclass(eq=False, slots=True)
@@ -108,12 +111,17 @@ class EmulatedEngine(Engine):
         self.scheduler_cpu_s = 0.0
         self.generated_tokens = 0
         self.iterations = 0
+        self.late_restarts = 0  # iterations whose loop came back over an iteration late: the timeline restarted
+        self.late_lost_s = 0.0  # the time those restarts cost the engine
+        self._late_reported_at = 0.0
+        self._late_reported = (0, 0.0)
 
     # ---------------------------------------------------------------- lifecycle
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._timer = IterationTimer(self._loop, self._end_iteration)
+        self._late_reported_at = time.monotonic()
         self.tokenizer, self._source = await asyncio.to_thread(self._load_tokens)
         eos = self.tokenizer.eos_token_id
         self._eos_ids = [] if eos is None else [int(eos)]
@@ -346,8 +354,30 @@ class EmulatedEngine(Engine):
         self._batch.admit()
         # The engine's own timeline; a loop that fell more than an iteration behind restarts it from now.
         late = time.monotonic() - planned_end
-        self._plan(planned_end if late < iteration.duration_s else planned_end + late)
+        if late < iteration.duration_s:
+            self._plan(planned_end)
+        else:
+            self._count_late_restart(late)
+            self._plan(planned_end + late)
         self.scheduler_cpu_s += time.thread_time() - cpu_started
+
+    def _count_late_restart(self, late_s: float) -> None:
+        """Counts what the engine lost because its event loop came back more than an iteration late, and says so
+        in the log at most every ``LATE_REPORT_S``: an emulation on a starved host is slower than its profile, and
+        a bench that compares it with the simulator must know."""
+        self.late_restarts += 1
+        self.late_lost_s += late_s
+        now = time.monotonic()
+        if now - self._late_reported_at >= LATE_REPORT_S:
+            restarts, lost = self.late_restarts - self._late_reported[0], self.late_lost_s - self._late_reported[1]
+            logger.warning(
+                "emulated engine: its event loop came back over an iteration late %d times in the last %.0f s "
+                "and the engine lost %.3f s of its timeline (a busy host: slower than the profile)",
+                restarts,
+                now - self._late_reported_at,
+                lost,
+            )
+            self._late_reported_at, self._late_reported = now, (self.late_restarts, self.late_lost_s)
 
     def _next_token(self, seq: _Sequence) -> None:
         """Appends the sequence's next token and decides whether the engine ends it there."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 
 import pytest
 
@@ -264,3 +265,17 @@ async def test_a_request_with_a_stop_string_counts_usage_exactly_to_the_stop_wha
     assert "".join(d.text for d in stopped) == text[: text.index(stop)]
     assert stopped[-1].finish_reason == "stop"
     assert stopped[-1].completion_tokens == sum(len(d.token_ids) for d in stopped) < 60
+
+
+async def test_an_event_loop_that_comes_back_late_is_counted_and_logged(caplog, monkeypatch):
+    monkeypatch.setattr("engines.emulated.LATE_REPORT_S", 0.0)  # report every late restart
+    async with running() as engine:
+        stream = engine.generate(request(engine, max_tokens=50, ignore_eos=True))
+        async with contextlib.aclosing(stream):
+            await anext(stream)
+            time.sleep(0.05)  # the loop held 50 ms: fifty 1 ms iterations late
+            with caplog.at_level("WARNING", logger="engines.emulated"):
+                async for _ in stream:
+                    pass
+    assert engine.late_restarts >= 1 and engine.late_lost_s >= 0.04
+    assert any("came back over an iteration late" in r.getMessage() for r in caplog.records)
