@@ -34,7 +34,7 @@ QUEUE = (24, 0.0, 2.7)
 SHAPE_NAMES = ("step", "diurnal", "bursts", "trace")
 
 
-def cell(fleet: SpikeFleet, shape: str, mode: str = "engine_load") -> str:
+def cell(fleet: SpikeFleet, shape: str, mode: str = "engine_load", digits: int = 2) -> str:
     attained, ratios, ups = [], [], []
     for seed in SEEDS:
         records, samples = simulate_spike(
@@ -45,7 +45,7 @@ def cell(fleet: SpikeFleet, shape: str, mode: str = "engine_load") -> str:
         attained.append(r.during.slo_attainment or 0.0)
         ratios.append(r.replica_ratio)
         ups.append(scale_ups_outside(samples, fleet.variants[0].name, windows))
-    return f"{statistics.mean(attained):.1%} / {statistics.mean(ratios):.2f} / {statistics.mean(ups):.0f}"
+    return f"{statistics.mean(attained):.1%} / {statistics.mean(ratios):.{digits}f} / {statistics.mean(ups):.0f}"
 
 
 def main() -> None:
