@@ -114,7 +114,6 @@ class EmulatedEngine(Engine):
         self.late_restarts = 0  # iterations whose loop came back over an iteration late: the timeline restarted
         self.late_lost_s = 0.0  # the time those restarts cost the engine
         self._late_reported_at = 0.0
-        self._late_reported = (0, 0.0)
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -369,15 +368,13 @@ class EmulatedEngine(Engine):
         self.late_lost_s += late_s
         now = time.monotonic()
         if now - self._late_reported_at >= LATE_REPORT_S:
-            restarts, lost = self.late_restarts - self._late_reported[0], self.late_lost_s - self._late_reported[1]
+            self._late_reported_at = now
             logger.warning(
-                "emulated engine: its event loop came back over an iteration late %d times in the last %.0f s "
-                "and the engine lost %.3f s of its timeline (a busy host: slower than the profile)",
-                restarts,
-                now - self._late_reported_at,
-                lost,
+                "emulated engine: its event loop came back over an iteration late %d times since it started and the "
+                "engine lost %.3f s of its timeline (a busy host: slower than the profile)",
+                self.late_restarts,
+                self.late_lost_s,
             )
-            self._late_reported_at, self._late_reported = now, (self.late_restarts, self.late_lost_s)
 
     def _next_token(self, seq: _Sequence) -> None:
         """Appends the sequence's next token and decides whether the engine ends it there."""
