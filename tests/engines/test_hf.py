@@ -15,6 +15,7 @@ from core.errors import (
     ModelNotFoundError,
 )
 from engines.config import HFEngineConfig
+from engines.engine_core import STATS_INTERVAL_S
 from engines.hf import HFEngine
 from engines.protocol import GenerationRequest, SamplingParams
 
@@ -88,6 +89,7 @@ async def test_cancelled_stream_frees_its_slot(engine):
         got += len(delta.token_ids)
         if got >= 3:
             break
+    await asyncio.sleep(2 * STATS_INTERVAL_S)  # a fresh report from the engine child (see _stats_midway)
     assert engine.stats().running_requests + engine.stats().queued_requests >= 1
     await stream.aclose()
     await _wait_idle(engine)
@@ -180,24 +182,30 @@ async def test_stats_report_the_pace_the_running_sequences_decoded_at(engine):
     await _wait_idle(engine)
 
 
-async def _stats_midway(engine, prompt, *, after_tokens: int, max_tokens: int):
-    """The engine's stats once a stream of ``prompt`` has yielded ``after_tokens`` tokens; the stream is then closed
-    and the engine left idle."""
-    stream = engine.generate(_request(prompt, max_tokens=max_tokens, ignore_eos=True))
+async def _stats_midway(engine, prompt, *, after_tokens: int):
+    """The engine's stats while a stream of ``prompt`` runs, taken after it has yielded ``after_tokens`` tokens; the
+    stream is then closed and the engine left idle.
+
+    The engine child pushes its stats every ``STATS_INTERVAL_S``, so a report read the moment the tokens arrive may
+    predate the request (CI's faster cores saw ``running_requests=0``): wait two intervals, and ask for far more
+    tokens than that can generate, so the request is still running when the fresh report is taken."""
+    stream = engine.generate(_request(prompt, max_tokens=900, ignore_eos=True))
     async with contextlib.aclosing(stream):
         seen = 0
         async for delta in stream:
             seen += len(delta.token_ids)
             if seen >= after_tokens:
                 break
+        await asyncio.sleep(2 * STATS_INTERVAL_S)
         stats = engine.stats()
     await _wait_idle(engine)
+    assert stats.running_requests == 1, f"the request was not running when its stats were read: {stats}"
     return stats
 
 
 async def test_stats_report_the_context_the_running_sequences_hold(engine):
     prompt = engine.tokenizer.encode("The river runs through the old town and under the bridge")
-    stats = await _stats_midway(engine, prompt, after_tokens=8, max_tokens=200)
+    stats = await _stats_midway(engine, prompt, after_tokens=8)
     # The prompt and the tokens generated so far sit in the KV cache (a step may run ahead of the stream).
     assert stats.context_tokens >= len(prompt) + 7
     assert engine.stats().context_tokens == 0
@@ -207,7 +215,7 @@ async def test_kv_blocks_count_what_running_requests_hold_not_the_prefix_cache(e
     # A finished request's complete blocks stay in transformers' prefix cache, evicted when a request needs them:
     # counted as used they held the autoscaler's kv signal up after the load had gone.
     prompt = engine.tokenizer.encode("A long walk along the river")
-    stats = await _stats_midway(engine, prompt, after_tokens=100, max_tokens=120)
+    stats = await _stats_midway(engine, prompt, after_tokens=100)
     assert stats.kv_blocks_used >= 100 // engine.config.page_size  # a step may run ahead
     for n in range(3):
         await _collect(engine, _request(prompt, rid=f"kv-{n}", max_tokens=80, ignore_eos=True))
