@@ -185,6 +185,7 @@ async def send_request(
             record.route_reason = response.headers.get("x-route-reason")
             record.predicted_ttft_ms = _float_header(response.headers.get("x-route-predicted-ttft-ms"))
             record.predicted_tpot_ms = _float_header(response.headers.get("x-route-predicted-tpot-ms"))
+            record.route_candidates = response.headers.get("x-route-candidates")
             timing = server_timing(response.headers.get("server-timing"))
             record.server_ingress_ms, record.server_engine_ms = timing.get("ingress"), timing.get("engine")
             record.server_request_id = response.headers.get("x-request-id")

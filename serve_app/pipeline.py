@@ -35,6 +35,8 @@ from core.errors import (
 )
 from engines.protocol import Delta, GenerationRequest
 from router import Prediction, RequestFeatures, features_from_headers
+from router.explain import HEADER as CANDIDATES_HEADER
+from router.explain import candidates_header
 from router.rejections import error_for_rejection
 from serve_app.auth import KeyStore, Principal
 from serve_app.config import AppConfig
@@ -289,9 +291,12 @@ class Pipeline:
             self.config.router,
             sampling.requested_fields(),
         )
-        variant, reason, prediction, refused = await self._route(features)
+        variant, reason, predictions, refused = await self._route(features)
+        prediction = predictions.get(variant)
         flight.reason = reason
         flight.headers["x-route-reason"] = reason
+        if predictions:
+            flight.headers[CANDIDATES_HEADER] = candidates_header(predictions)
         self._metrics.route_decisions.inc(1, {"variant": variant or "none", "reason": reason})
         if refused is not None:
             raise refused
@@ -349,17 +354,17 @@ class Pipeline:
                 )
         raise AssertionError("unreachable")
 
-    async def _route(self, features: RequestFeatures) -> tuple[str, str, Prediction | None, ServingError | None]:
-        """(variant, reason, prediction, refusal): where the request goes, or the error that refuses it."""
+    async def _route(self, features: RequestFeatures) -> tuple[str, str, Mapping[str, Prediction], ServingError | None]:
+        """(variant, reason, every candidate's prediction, refusal): where the request goes, or the error that
+        refuses it."""
         if not self.routing.has_live_stats():
             await self.routing.refresh()  # right after a deploy the background refresh may not have run
         no_stats = not self.routing.has_live_stats()
         decision = self.routing.fallback(features) if no_stats else self.routing.decide(features)
         if decision.rejected:
             error = error_for_rejection(decision, features.prompt_tokens, self.routing.context_lengths())
-            return "", str(decision.reason), None, error
-        variant = decision.variant or ""
-        return variant, str(decision.reason), decision.predictions.get(variant), None
+            return "", str(decision.reason), {}, error
+        return decision.variant or "", str(decision.reason), decision.predictions, None
 
     # ------------------------------------------------------------------ checks
 

@@ -31,6 +31,7 @@ class SimRequest:
     end_s: float | None = None
     rejection: type[ServingError] | None = None  # the router refused it: the error the ingress would answer
     route_reason: str | None = None  # the decision's reason, as x-route-reason carries it
+    candidates: str | None = None  # every candidate the decision weighed, as x-route-candidates carries it
     ticket: RouteTicket | None = None  # the ingress's booking (router.inflight), from dispatch to close
 
     @property

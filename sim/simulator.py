@@ -22,6 +22,7 @@ from typing import Any
 from core.error_table import TABLE
 from engines.profile import EngineProfile
 from router import LatencyProfile, RouterConfig, RouterState, VariantView, route
+from router.explain import candidates_header
 from router.inflight import InflightBook
 from router.latency import new_latency_model
 from router.load import decode_pace
@@ -184,6 +185,7 @@ class Simulation:
         name = decision.variant
         request.variant = name
         request.prediction = decision.predictions.get(name)
+        request.candidates = candidates_header(decision.predictions)
         replicas = len(self.deployments[name].ready) or 1
         request.ticket = self.book.open(
             name, request.prompt_tokens, request.prediction, now, max_tokens=request.max_tokens, replicas=replicas
@@ -296,6 +298,7 @@ def _record(request: SimRequest, variants: dict[str, SimVariant]) -> RequestReco
         route_reason=request.route_reason,
         predicted_ttft_ms=None if request.prediction is None else request.prediction.ttft_ms,
         predicted_tpot_ms=None if request.prediction is None else request.prediction.tpot_ms,
+        route_candidates=request.candidates,
     )
     if request.rejection is not None:
         # What the ingress answers the same rejection with (core.error_table).

@@ -41,6 +41,8 @@ class RequestRecord:
     # Response headers x-route-predicted-ttft-ms / -tpot-ms: the router's mean predictions for this request.
     predicted_ttft_ms: float | None = None
     predicted_tpot_ms: float | None = None
+    # Response header x-route-candidates: every variant the router weighed, with its figures (router.explain).
+    route_candidates: str | None = None
     # Response header server-timing: the ingress's own work before dispatch, and dispatch to the first token
     # back at the ingress (what predicted_ttft_ms predicts). ttft_s less both is the path outside the ingress.
     server_ingress_ms: float | None = None

@@ -238,6 +238,8 @@ def compact(policy: str, records: list[RequestRecord], sim: dict[int, RequestRec
                 "sim_ttft": None if s is None or s.ttft_s is None else round(1e3 * s.ttft_s, 1),
                 "sim_tpot": None if s is None or s.tpot_s is None else round(1e3 * s.tpot_s, 2),
                 "sim_pred_ttft": None if s is None else s.predicted_ttft_ms,
+                "candidates": r.route_candidates,
+                "sim_candidates": None if s is None else s.route_candidates,
             }
         )
     return rows

@@ -17,6 +17,7 @@ import pytest
 
 from core.errors import EngineDeadError
 from engines.protocol import Delta
+from router.explain import parse_candidates
 from serve_app import replica_router
 from serve_app.pipeline import CLIENT_CLOSED, Inbound, RequestFailed
 from tests.serve_app.fake_engine import Harness, answer, harness
@@ -62,6 +63,8 @@ async def test_a_request_streams_its_deltas_and_is_released_as_a_success():
     assert [d.completion_tokens for d in rest] == [4, 6] and rest[-1].finish_reason == "length"
     assert flight.last is rest[-1]
     assert {"x-route-variant", "x-route-reason", "server-timing"} <= set(flight.headers)
+    # Every candidate the decision weighed, the chosen one among them (router.explain).
+    assert flight.headers["x-route-variant"] in parse_candidates(flight.headers["x-route-candidates"])
     _released(h, "200", cancelled=False)
     assert h.streams()[0].request.request_id == "req-1"
 

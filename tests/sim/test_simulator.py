@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from router import RouterConfig, SLOTier
+from router.explain import parse_candidates
 from serve_app.config import AutoscalingSpec
 from sim.seed import router_seed
 from sim.simulator import Simulation, SimVariant
@@ -56,6 +57,8 @@ def test_every_request_is_recorded_as_the_bench_records_it():
     ok = [r for r in result.records if r.ok]
     assert ok and all(r.status == 200 and r.variant == "a" and r.output_tokens == 16 for r in ok)
     assert all(r.ttft_s is not None and r.e2e_s is not None and r.ttft_s <= r.e2e_s for r in ok)
+    # The candidates the router weighed, as the ingress's x-route-candidates header names them.
+    assert all(list(parse_candidates(r.route_candidates)) == ["a"] for r in ok)
     summary = summarize(result.records)
     assert isinstance(summary, Summary)
     assert set(Summary.model_fields) <= set(summary.model_dump())
