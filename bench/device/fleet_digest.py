@@ -18,6 +18,9 @@ Per policy (each ``POLICY/rate-R/records.jsonl`` beside its ``sim-records.jsonl`
   prompt came through the same ingress (``x-route-ingress``: its least-prefill choice knew of it) or another one
   (it could not), with their attainment; and short requests with no long prefill ahead on their replica.
 * **predictions**: measured / predicted TTFT at the ingress (real) and in the simulator, p50 / p90 per variant.
+* **divergence**: for requests the two sides sent to different variants, what each expected of the variant the
+  simulator chose (``x-route-candidates``: mean and conservative TTFT, conservative TPOT, prefill ahead) and how
+  often it judged that variant to meet the SLO.
 
 ``COMPACT``: also write one line per request (real and simulated side by side, no token timings) there, small
 enough to come back from the device.
@@ -32,6 +35,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
 
+from router.explain import parse_candidates
 from traffic.records import RequestRecord, read_jsonl
 
 LONG_PROMPT = 1024
@@ -188,6 +192,57 @@ def _behind(policy: str, records: list[RequestRecord]) -> list[str]:
     return lines
 
 
+_WEIGHED = ("ttft", "ttft_up", "tpot_up", "ahead")  # the candidates' figures set side by side (router.explain)
+
+
+def divergence(records: list[RequestRecord], sim: dict[int, RequestRecord]) -> dict[tuple[str, str], dict]:
+    """For the requests the real stack and the simulator sent to different variants, grouped by ``(the simulator's
+    variant, the real one)``: what each side expected of the variant the simulator chose (from their
+    ``x-route-candidates``): the median of each figure in ``_WEIGHED`` as ``(real, sim)`` and the share of requests
+    whose SLO it was judged to meet, ``met``. Requests without both sides' candidates are left out."""
+    groups: dict[tuple[str, str], list[tuple[dict[str, float], dict[str, float]]]] = defaultdict(list)
+    for r in records:
+        s = sim.get(r.index)
+        if s is None or not r.variant or not s.variant or s.variant == r.variant:
+            continue
+        real_view = parse_candidates(r.route_candidates).get(s.variant)
+        sim_view = parse_candidates(s.route_candidates).get(s.variant)
+        if real_view and sim_view:
+            groups[(s.variant, r.variant)].append((real_view, sim_view))
+    out: dict[tuple[str, str], dict] = {}
+    for key, pairs in groups.items():
+        figures: dict = {"requests": len(pairs)}
+        for name in (*_WEIGHED, "met"):
+            real = [v[name] for v, _ in pairs if name in v]
+            simulated = [v[name] for _, v in pairs if name in v]
+            if name == "met":
+                figures[name] = (sum(real) / max(1, len(real)), sum(simulated) / max(1, len(simulated)))
+            else:
+                figures[name] = (_median(real), _median(simulated))
+        out[key] = figures
+    return out
+
+
+def _median(values: list[float]) -> float | None:
+    return sorted(values)[len(values) // 2] if values else None
+
+
+def _divergence(policy: str, records: list[RequestRecord], sim: dict[int, RequestRecord]) -> list[str]:
+    lines = []
+    for (sim_variant, real_variant), f in sorted(divergence(records, sim).items(), key=lambda kv: -kv[1]["requests"]):
+        shown = ", ".join(f"{name} {_num(f[name][0])} / {_num(f[name][1])}" for name in _WEIGHED)
+        lines.append(
+            f"{policy}   sim {sim_variant} -> real {real_variant} ({f['requests']}): what each expected of "
+            f"{sim_variant}, real / sim p50: {shown}; "
+            f"judged to meet {100 * f['met'][0]:.0f}% / {100 * f['met'][1]:.0f}%"
+        )
+    return lines
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}"
+
+
 def _predictions(policy: str, records: list[RequestRecord], sim: dict[int, RequestRecord]) -> list[str]:
     lines = []
     for variant in sorted({r.variant for r in records if r.variant}):
@@ -256,6 +311,7 @@ def digest(out: Path, compact_path: Path | None = None) -> list[str]:
         for part in (
             _tiers(policy, records, sim),
             _agreement(policy, records, sim),
+            _divergence(policy, records, sim),
             _misses(policy, records, sim),
             _replicas(policy, records),
             _behind(policy, records),

@@ -6,7 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 
-from bench.device.fleet_digest import behind_long, digest, miss_cause
+from bench.device.fleet_digest import behind_long, digest, divergence, miss_cause
 from traffic.records import RequestRecord, write_jsonl
 
 
@@ -79,3 +79,32 @@ def test_the_digest_sets_the_real_stack_beside_the_simulator_and_writes_the_comp
         (0, "a", "small", True),
         (1, "b", "tiny", True),
     ]
+
+
+def test_where_the_two_sides_routed_apart_it_sets_what_each_expected_of_the_simulators_choice_side_by_side():
+    real = [
+        _record(0, 4000, 0.0, 0.5, variant="small", route_candidates=_candidates(large_ttft=900, large_met=0)),
+        _record(1, 4000, 1.0, 0.5, variant="small", route_candidates=_candidates(large_ttft=1100, large_met=1)),
+        _record(2, 50, 2.0, 0.1, variant="small", route_candidates=_candidates(large_ttft=300, large_met=1)),
+        _record(3, 4000, 3.0, 0.5, variant="small"),  # no candidates came back: left out
+    ]
+    sim = {
+        0: _record(0, 4000, 0.0, 0.5, variant="large", route_candidates=_candidates(large_ttft=700, large_met=1)),
+        1: _record(1, 4000, 1.0, 0.5, variant="large", route_candidates=_candidates(large_ttft=800, large_met=1)),
+        2: _record(2, 50, 2.0, 0.1, variant="small", route_candidates=_candidates(large_ttft=300, large_met=1)),
+        3: _record(3, 4000, 3.0, 0.5, variant="large", route_candidates=_candidates(large_ttft=800, large_met=1)),
+    }
+    apart = divergence(real, sim)
+    assert list(apart) == [("large", "small")]  # request 2 went to the same variant on both sides
+    figures = apart[("large", "small")]
+    assert figures["requests"] == 2
+    assert figures["ttft"] == (1100.0, 800.0)  # the upper median of each side's expectations
+    assert figures["met"] == (0.5, 1.0)
+
+
+def _candidates(*, large_ttft: float, large_met: int) -> str:
+    return (
+        f"small ttft=100 ttft_up=150 tpot=20 tpot_up=25 ahead=0 slot=0 slowdown=1 met=1; "
+        f"large ttft={large_ttft} ttft_up={1.5 * large_ttft} tpot=40 tpot_up=50 ahead=8000 slot=0 slowdown=1 "
+        f"met={large_met}"
+    )
