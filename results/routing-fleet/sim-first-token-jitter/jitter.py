@@ -44,30 +44,31 @@ class JitteredSimulation(Simulation):
         super().__init__(*args, **kwargs)
         self._extra_ms = extra_ms
         self._rng = random.Random(jitter_seed)
-        self._late_s: dict[int, float] = {}
+        self._late_s: dict[int, float] = {}  # id(request) -> its delay, until it closes
+        self._ticket_late_s: dict[int, float] = {}  # id(ticket) -> the same, until the book hears of its first token
+        book_first_token = self.book.first_token
+        self.book.first_token = lambda ticket, at: book_first_token(
+            ticket, at + self._ticket_late_s.pop(id(ticket), 0.0)
+        )
 
     def _step_end(self, replica, now):
-        # Simulation._step_end with each started request's first token late by its delay (kept in step with it).
-        finished, end = replica.step_end(now)
-        self._schedule(replica, end)
-        if replica.started:
-            overhead_s = replica.profile.overhead_ms / 1e3
-            for request in replica.started:
-                late = self._rng.choice(self._extra_ms[request.variant]) / 1e3
-                self._late_s[id(request)] = late
-                request.first_token_s += late
-                if request.ticket is not None:
-                    self.book.first_token(request.ticket, now + overhead_s + late)
-            replica.started.clear()
-        if not finished:
-            return 0
-        deployment = self.deployments[replica.replica_id.rpartition("#")[0]]
-        for request in finished:
-            self._close(request)
-        for target, new_end in deployment.drain_handle_queue(now):
-            self._schedule(target, new_end)
-        deployment.release_if_drained(replica, now)
-        return len(finished)
+        if not getattr(replica, "delays_first_tokens", False):
+            # Once per replica: its requests that start in a step get their delay before the base class reads them.
+            step_end = replica.step_end
+
+            def delayed(at):
+                result = step_end(at)
+                for request in replica.started:
+                    late = self._rng.choice(self._extra_ms[request.variant]) / 1e3
+                    self._late_s[id(request)] = late
+                    request.first_token_s += late
+                    if request.ticket is not None:
+                        self._ticket_late_s[id(request.ticket)] = late
+                return result
+
+            replica.step_end = delayed
+            replica.delays_first_tokens = True
+        return super()._step_end(replica, now)
 
     def _close(self, request) -> None:
         request.end_s += self._late_s.pop(id(request), 0.0)

@@ -11,6 +11,7 @@ the simulator runs it and with reports posted and dated as the real stack does.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import sys
 from collections import Counter
@@ -67,20 +68,13 @@ class StaggeredReports(Simulation):
         return [self.book.annotate(view, now, self._report_at[view.name]) for view in self._snapshot.values()]
 
     def _reported_view(self, name: str) -> tuple[VariantView, float | None]:
-        variant = self.variants[name]
-        deployment = self.deployments[name]
-        posts = [self._posts[r.replica_id] for r in deployment.ready if r.replica_id in self._posts]
+        # The simulator's own view, its engine figures replaced by the replicas' latest posts.
+        posts = [self._posts[r.replica_id] for r in self.deployments[name].ready if r.replica_id in self._posts]
         figures = [p[2] for p in posts]
         pace_ms, pace_batch = decode_pace((f[4], f[5]) for f in figures)
-        view = VariantView(
-            name=name,
-            context_length=variant.profile.context_length,
-            quality=variant.quality,
-            cost_per_1k_tokens=variant.cost_per_1k_tokens,
+        view = dataclasses.replace(
+            self._snapshot_view(name, self._snapshot_s),
             ready_replicas=len(posts),
-            max_running_requests=variant.profile.max_running_requests,
-            latency=self.models[name],
-            starting_replicas=deployment.starting,
             queued_requests=sum(f[0] for f in figures),
             running_requests=sum(f[1] for f in figures),
             queued_prompt_tokens=sum(f[2] for f in figures),
