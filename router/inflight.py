@@ -174,7 +174,14 @@ class InflightBook:
         ticket.checkpoint_at, ticket.checkpoint_tokens = now, completion_tokens
         ticket.prefill_sent_at_checkpoint = book.prefill_sent
         self._observe_tpot(
-            ticket, ticket.first_token_at, 1, ticket.prefill_sent_at_first_token, completion_tokens, now, ok=True
+            ticket,
+            ticket.first_token_at,
+            1,
+            ticket.prefill_sent_at_first_token,
+            completion_tokens,
+            now,
+            ok=True,
+            margin=False,
         )
 
     def close(self, ticket: RouteTicket, completion_tokens: int, now: float, *, ok: bool) -> None:
@@ -198,13 +205,19 @@ class InflightBook:
             book.decoding_max_tokens -= ticket.max_tokens - 1
             book.decoding_rate -= speed
             book.decoding_rate_first_at -= ticket.first_token_at * speed
+        first_at, sent_then = ticket.first_token_at, ticket.prefill_sent_at_first_token
         if ticket.checkpoint_at is None:
-            self._observe_tpot(
-                ticket, ticket.first_token_at, 1, ticket.prefill_sent_at_first_token, completion_tokens, now, ok=ok
-            )
-        else:  # the checkpoint taught the decode before it
-            since, then, sent = ticket.checkpoint_at, ticket.checkpoint_tokens, ticket.prefill_sent_at_checkpoint
-            self._observe_tpot(ticket, since, then, sent, completion_tokens, now, ok=ok)
+            self._observe_tpot(ticket, first_at, 1, sent_then, completion_tokens, now, ok=ok, margin=True)
+            return
+        # The checkpoint taught the weights the decode before it; these learn the rest. The error margin learns
+        # the whole decode, once: what the SLO scores, and what the decision predicted. Scored against the same
+        # prediction, a 15-token window after the prefill varies far more than a whole decode, and it widened the
+        # real stack's TPOT margins to two or three times the simulator's (which learned only at the end): the slow
+        # variant was then rarely sure to meet a standard request, and long prompts went to the fast variant,
+        # whose interactive requests missed (docs/routing.md, session 15).
+        since, then, sent = ticket.checkpoint_at, ticket.checkpoint_tokens, ticket.prefill_sent_at_checkpoint
+        self._observe_tpot(ticket, since, then, sent, completion_tokens, now, ok=ok, margin=False)
+        self._observe_tpot(ticket, first_at, 1, sent_then, completion_tokens, now, ok=ok, weights=False)
 
     def _observe_tpot(
         self,
@@ -216,9 +229,12 @@ class InflightBook:
         now: float,
         *,
         ok: bool,
+        margin: bool = True,
+        weights: bool = True,
     ) -> None:
         """Teaches the TPOT of the decode from ``since`` (``tokens_then`` generated) to ``now`` (a lower bound
-        when not ``ok``: a failed stream had at most max_tokens tokens left to decode in that time)."""
+        when not ``ok``: a failed stream had at most max_tokens tokens left to decode in that time): to the
+        model's ``weights``, and against the decision's prediction to its error ``margin``."""
         pred = ticket.prediction
         if pred is None:
             return
@@ -226,13 +242,18 @@ class InflightBook:
         decode_s = now - since
         if steps < 1 or decode_s <= 0:
             return
+        model = self.models[ticket.variant]
+        tpot_ms = 1000.0 * decode_s / steps
+        if not weights:
+            model.track_tpot_error(tpot_ms, pred.tpot_ms, prompt_tokens=ticket.prompt_tokens, censored=not ok)
+            return
         shared = (self._books[ticket.variant].prefill_sent - prefill_sent_then) / ticket.replicas
-        self.models[ticket.variant].observe_tpot(
-            1000.0 * decode_s / steps,
+        model.observe_tpot(
+            tpot_ms,
             pred.batch_size,
             prefill_tokens_per_step=shared / steps,
             context_tokens=pred.context_tokens,
-            predicted_ms=pred.tpot_ms,
+            predicted_ms=pred.tpot_ms if margin else None,
             censored=not ok,
             prompt_tokens=ticket.prompt_tokens,
         )

@@ -608,6 +608,14 @@ class LatencyModel:
         self._learn(self._tpot, x, tpot_ms, censored)
         _track(self._tpot_errors[margin_class(prompt_tokens)], tpot_ms, predicted_ms, censored)
 
+    def track_tpot_error(
+        self, tpot_ms: float, predicted_ms: float | None, *, prompt_tokens: float = 0.0, censored: bool = False
+    ) -> None:
+        """Teaches the TPOT error margin alone (not the weights): a request's whole decode against its decision-time
+        prediction, for a caller that taught the weights in windows (``router.inflight``'s checkpoint)."""
+        if tpot_ms > 0:
+            _track(self._tpot_errors[margin_class(prompt_tokens)], tpot_ms, predicted_ms, censored)
+
     def observe(
         self,
         prompt_tokens: int,

@@ -201,6 +201,44 @@ def test_a_request_failing_after_its_checkpoint_teaches_a_lower_bound_for_the_re
     assert seen[-1] == pytest.approx(10_000 / 240)
 
 
+def test_the_error_margin_learns_a_checkpointed_request_once_from_its_whole_decode(monkeypatch):
+    # The SLO scores the whole decode, and the decision predicted it: a 15-token window after the prefill, scored
+    # against that prediction, widened the real stack's margins to two or three times the simulator's.
+    b = book()
+    margin_seen: list[tuple[float, float | None]] = []
+    model = b.models["big"]
+    track = model.track_tpot_error
+
+    def spy(tpot_ms: float, predicted_ms: float | None, **kwargs) -> None:
+        margin_seen.append((tpot_ms, predicted_ms))
+        track(tpot_ms, predicted_ms, **kwargs)
+
+    monkeypatch.setattr(model, "track_tpot_error", spy)
+    before = model.tpot_margin_for(10)
+    ticket = decoding_long_answer(b)
+    b.progress(ticket, 16, now=1.8)  # 15 steps of 120 ms: the weights learn 120, the margin nothing
+    assert margin_seen == [] and model.tpot_margin_for(10) == before
+    b.close(ticket, 256, now=1.8 + 240 * 0.04, ok=True)
+    assert margin_seen == [(pytest.approx((1.8 + 9.6) / 255 * 1000), 40.0)]  # the mean over all 255 steps
+
+
+def test_a_request_without_a_checkpoint_teaches_weights_and_margin_from_its_whole_decode(monkeypatch):
+    b = book()
+    taught: list[tuple[float, float | None]] = []
+    model = b.models["big"]
+    learn = model.observe_tpot
+
+    def spy(tpot_ms: float, *args, predicted_ms: float | None = None, **kwargs) -> None:
+        taught.append((tpot_ms, predicted_ms))
+        learn(tpot_ms, *args, predicted_ms=predicted_ms, **kwargs)
+
+    monkeypatch.setattr(model, "observe_tpot", spy)
+    ticket = b.open("big", 10, prediction(tpot_ms=40.0), now=0.0, max_tokens=4)  # too short for a checkpoint
+    b.first_token(ticket, now=0.0)
+    b.close(ticket, 4, now=0.15, ok=True)
+    assert taught == [(pytest.approx(50.0), 40.0)]  # the prediction given: the margin learns it too
+
+
 def test_short_answers_have_no_checkpoint():
     assert RouteTicket("big", 10, None, start=0.0, max_tokens=4).checkpoint == 0
     assert RouteTicket("big", 10, None, start=0.0, max_tokens=20).checkpoint == 10

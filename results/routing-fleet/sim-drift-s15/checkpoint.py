@@ -1,0 +1,92 @@
+"""Does learning TPOT at the 16-token checkpoint explain slo's drift below the simulator (session 15)?
+
+The real ingress teaches each request's TPOT twice (serve_app/pipeline.py): at the message that brings its 16th
+token (``InflightBook.progress``: the window since its first token) and at its end (the rest). The simulator
+teaches it once, over the whole decode, at the end. A 15-token window right after a request's prefill varies far
+more than a whole decode's mean, and both are scored against the same decision-time prediction, so the real stack's
+TPOT error margins (the 97th percentile of measured / predicted) should come out wider; a wider margin judges the
+slow variant less often sure to meet a standard request's TPOT target, and those go to the fast variant instead.
+This runs the two_variant fleet at capacity as the simulator runs it, and with the checkpoint taught as the real
+ingress teaches it (at the exact time of the 16th token; the real one comes with the next message, up to a stream
+interval later). ``--margins`` also prints the TPOT margins each side ended with.
+
+    PYTHONPATH=. python results/routing-fleet/sim-drift-s15/checkpoint.py [duration_s]
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+
+from bench.fleet import fleet_scenario
+from router.inflight import TPOT_CHECKPOINT_TOKENS
+from sim.capacity import estimate_capacity
+from sim.scenario import SCENARIOS
+from sim.simulator import Simulation
+from sim.workload import sim_requests
+
+
+class CheckpointedSimulation(Simulation):
+    """The simulator with each request's TPOT taught at its checkpoint too, as the real ingress does."""
+
+    def _step_end(self, replica, now):
+        if not getattr(replica, "teaches_checkpoints", False):
+            step_end = replica.step_end
+
+            def with_checkpoints(at):
+                before, start, dt = replica.steps, replica._seg_start, replica._seg_dt
+                decoding = [entry[0:3:2] for entry in replica.decoding]  # (finish step, request) before this end
+                result = step_end(at)
+                overhead_s = replica.profile.overhead_ms / 1e3
+                for finish_step, request in decoding:
+                    ticket = request.ticket
+                    if ticket is None or not ticket.checkpoint:
+                        continue
+                    # Tokens at step s: s - finish_step + max_tokens (one per iteration, the first at its prefill).
+                    crossing = finish_step - request.max_tokens + ticket.checkpoint
+                    if before < crossing <= replica.steps:
+                        self.book.progress(ticket, ticket.checkpoint, start + (crossing - before) * dt + overhead_s)
+                return result
+
+            replica.step_end = with_checkpoints
+            replica.teaches_checkpoints = True
+        return super()._step_end(replica, now)
+
+
+def run(policy: str, duration_s: float, checkpoints: bool):
+    make = SCENARIOS["two_variant"]
+    estimate = estimate_capacity(fleet_scenario(make, duration_s, 1.0, 1.0))
+    scenario = fleet_scenario(make, duration_s, estimate.rate_scale, 1.0)
+    router = scenario.router.model_copy(update={"policy": policy})
+    variants = [p.sim_variant("static") for p in scenario.pools]
+    kind = CheckpointedSimulation if checkpoints else Simulation
+    sim = kind(variants, router, seed=scenario.seed, replica_choice=scenario.replica_choice)
+    records = sim.run(sim_requests(scenario.streams, scenario.duration_s, router), horizon_s=duration_s).records
+    return records, sim
+
+
+def summary(records, sim) -> str:
+    met = sum(1 for r in records if r.slo_met) / len(records)
+    inter = [r for r in records if r.slo_tier == "interactive"]
+    inter_met = sum(1 for r in inter if r.slo_met) / max(1, len(inter))
+    on_small = Counter(r.slo_tier for r in records if r.variant and "8b" in r.variant)
+    margins = ", ".join(
+        f"{name} {100 * model.tpot_margin_for(4000):.0f}% / {100 * model.tpot_margin_for(500):.0f}%"
+        for name, model in sim.models.items()
+    )
+    return (
+        f"{100 * met:.1f}% (interactive {100 * inter_met:.1f}%, standard on the 8B {on_small['standard']}; "
+        f"TPOT margins at 4k / 500-token prompts: {margins})"
+    )
+
+
+def main() -> None:
+    duration_s = float(sys.argv[1]) if len(sys.argv) > 1 else 150.0
+    print(f"checkpoint at {TPOT_CHECKPOINT_TOKENS} tokens")
+    for policy in ("slo", "length_threshold"):
+        print(f"{policy}: simulator {summary(*run(policy, duration_s, False))}")
+        print(f"{policy}: with the checkpoint taught {summary(*run(policy, duration_s, True))}")
+
+
+if __name__ == "__main__":
+    main()
