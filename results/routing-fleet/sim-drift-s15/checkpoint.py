@@ -10,7 +10,10 @@ This runs the two_variant fleet at capacity as the simulator runs it, and with t
 ingress teaches it (at the exact time of the 16th token; the real one comes with the next message, up to a stream
 interval later). ``--margins`` also prints the TPOT margins each side ended with.
 
-    PYTHONPATH=. python results/routing-fleet/sim-drift-s15/checkpoint.py [duration_s]
+    PYTHONPATH=. python results/routing-fleet/sim-drift-s15/checkpoint.py [duration_s] [scenario ...]
+
+With scenarios named (``sim.scenario.SCENARIOS``), it prints slo's attainment with and without the checkpoint on
+each, at its capacity, instead (is the checkpoint worth keeping at all?).
 """
 
 from __future__ import annotations
@@ -53,8 +56,8 @@ class CheckpointedSimulation(Simulation):
         return super()._step_end(replica, now)
 
 
-def run(policy: str, duration_s: float, checkpoints: bool):
-    make = SCENARIOS["two_variant"]
+def run(policy: str, duration_s: float, checkpoints: bool, scenario_name: str = "two_variant"):
+    make = SCENARIOS[scenario_name]
     estimate = estimate_capacity(fleet_scenario(make, duration_s, 1.0, 1.0))
     scenario = fleet_scenario(make, duration_s, estimate.rate_scale, 1.0)
     router = scenario.router.model_copy(update={"policy": policy})
@@ -82,6 +85,12 @@ def summary(records, sim) -> str:
 
 def main() -> None:
     duration_s = float(sys.argv[1]) if len(sys.argv) > 1 else 150.0
+    if len(sys.argv) > 2:
+        for name in sys.argv[2:]:
+            plain, with_checkpoints = (run("slo", duration_s, c, name)[0] for c in (False, True))
+            rates = [100 * sum(r.slo_met for r in records) / len(records) for records in (plain, with_checkpoints)]
+            print(f"{name}: slo {rates[0]:.1f}% learning TPOT at the end only, {rates[1]:.1f}% with the checkpoint")
+        return
     print(f"checkpoint at {TPOT_CHECKPOINT_TOKENS} tokens")
     for policy in ("slo", "length_threshold"):
         print(f"{policy}: simulator {summary(*run(policy, duration_s, False))}")
