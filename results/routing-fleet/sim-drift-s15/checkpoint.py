@@ -19,14 +19,11 @@ each, at its capacity, instead (is the checkpoint worth keeping at all?).
 from __future__ import annotations
 
 import sys
-from collections import Counter
 
-from bench.fleet import fleet_scenario
+import capacity  # this folder's shared fleet run (the script's folder is on sys.path)
+
 from router.inflight import TPOT_CHECKPOINT_TOKENS
-from sim.capacity import estimate_capacity
-from sim.scenario import SCENARIOS
 from sim.simulator import Simulation
-from sim.workload import sim_requests
 
 
 class CheckpointedSimulation(Simulation):
@@ -57,30 +54,15 @@ class CheckpointedSimulation(Simulation):
 
 
 def run(policy: str, duration_s: float, checkpoints: bool, scenario_name: str = "two_variant"):
-    make = SCENARIOS[scenario_name]
-    estimate = estimate_capacity(fleet_scenario(make, duration_s, 1.0, 1.0))
-    scenario = fleet_scenario(make, duration_s, estimate.rate_scale, 1.0)
-    router = scenario.router.model_copy(update={"policy": policy})
-    variants = [p.sim_variant("static") for p in scenario.pools]
-    kind = CheckpointedSimulation if checkpoints else Simulation
-    sim = kind(variants, router, seed=scenario.seed, replica_choice=scenario.replica_choice)
-    records = sim.run(sim_requests(scenario.streams, scenario.duration_s, router), horizon_s=duration_s).records
-    return records, sim
+    return capacity.run(CheckpointedSimulation if checkpoints else Simulation, policy, duration_s, scenario_name)
 
 
 def summary(records, sim) -> str:
-    met = sum(1 for r in records if r.slo_met) / len(records)
-    inter = [r for r in records if r.slo_tier == "interactive"]
-    inter_met = sum(1 for r in inter if r.slo_met) / max(1, len(inter))
-    on_small = Counter(r.slo_tier for r in records if r.variant and "8b" in r.variant)
     margins = ", ".join(
         f"{name} {100 * model.tpot_margin_for(4000):.0f}% / {100 * model.tpot_margin_for(500):.0f}%"
         for name, model in sim.models.items()
     )
-    return (
-        f"{100 * met:.1f}% (interactive {100 * inter_met:.1f}%, standard on the 8B {on_small['standard']}; "
-        f"TPOT margins at 4k / 500-token prompts: {margins})"
-    )
+    return capacity.summary(records, f"; TPOT margins at 4k / 500-token prompts: {margins}")
 
 
 def main() -> None:

@@ -15,14 +15,11 @@ import gzip
 import json
 import random
 import sys
-from collections import Counter
 from pathlib import Path
 
-from bench.fleet import fleet_scenario
-from sim.capacity import estimate_capacity
-from sim.scenario import SCENARIOS
+import capacity  # this folder's shared fleet run (the script's folder is on sys.path)
+
 from sim.simulator import Simulation
-from sim.workload import sim_requests
 
 RUN9 = Path(__file__).parent.parent / "h100" / "run9-s15" / "compact.jsonl.gz"
 
@@ -76,29 +73,9 @@ class JitteredSimulation(Simulation):
 
 
 def run(policy: str, duration_s: float, seed: int, extra_ms: dict[str, list[float]] | None):
-    make = SCENARIOS["two_variant"]
-    estimate = estimate_capacity(fleet_scenario(make, duration_s, 1.0, 1.0))
-    scenario = fleet_scenario(make, duration_s, estimate.rate_scale, 1.0)
-    router = scenario.router.model_copy(update={"policy": policy})
-    variants = [p.sim_variant("static") for p in scenario.pools]
-    kwargs = dict(seed=scenario.seed + seed, replica_choice=scenario.replica_choice)
     if extra_ms is None:
-        sim = Simulation(variants, router, **kwargs)
-    else:
-        sim = JitteredSimulation(variants, router, extra_ms=extra_ms, jitter_seed=seed, **kwargs)
-    result = sim.run(sim_requests(scenario.streams, scenario.duration_s, router), horizon_s=duration_s)
-    return result.records
-
-
-def summary(records) -> str:
-    met = sum(1 for r in records if r.slo_met) / len(records)
-    tiers = Counter()
-    for r in records:
-        if r.slo_tier == "standard" and r.variant and "8b" in r.variant:
-            tiers["standard on 8B"] += 1
-    inter = [r for r in records if r.slo_tier == "interactive"]
-    inter_met = sum(1 for r in inter if r.slo_met) / max(1, len(inter))
-    return f"{100 * met:.1f}% (interactive {100 * inter_met:.1f}%, standard on the 8B {tiers['standard on 8B']})"
+        return capacity.run(Simulation, policy, duration_s, seed=seed)[0]
+    return capacity.run(JitteredSimulation, policy, duration_s, seed=seed, extra_ms=extra_ms, jitter_seed=seed)[0]
 
 
 def main() -> None:
@@ -118,9 +95,9 @@ def main() -> None:
     delays = {"each variant's own": extra, "the 8B's for both": {name: extra[small] for name in extra}}
     for policy in ("slo", "length_threshold"):
         for seed in range(seeds):
-            line = f"{policy} seed {seed}: simulator {summary(run(policy, duration_s, seed, None))}"
+            line = f"{policy} seed {seed}: simulator {capacity.summary(run(policy, duration_s, seed, None))}"
             for label, delay in delays.items():
-                line += f" | with {label} delay {summary(run(policy, duration_s, seed, delay))}"
+                line += f" | with {label} delay {capacity.summary(run(policy, duration_s, seed, delay))}"
             print(line)
 
 

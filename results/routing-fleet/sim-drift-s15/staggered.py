@@ -14,17 +14,14 @@ from __future__ import annotations
 import dataclasses
 import random
 import sys
-from collections import Counter
 
-from bench.fleet import fleet_scenario
+import capacity  # this folder's shared fleet run (the script's folder is on sys.path)
+
 from router import VariantView
 from router.load import decode_pace
 from serve_app.engine_deployment import STATS_PERIOD_S
 from serve_app.routing import REFRESH_PERIOD_S
-from sim.capacity import estimate_capacity
-from sim.scenario import SCENARIOS
 from sim.simulator import Simulation
-from sim.workload import sim_requests
 
 
 class StaggeredReports(Simulation):
@@ -86,37 +83,20 @@ class StaggeredReports(Simulation):
 
 
 def run(policy: str, duration_s: float, seed: int, staggered: bool):
-    make = SCENARIOS["two_variant"]
-    estimate = estimate_capacity(fleet_scenario(make, duration_s, 1.0, 1.0))
-    scenario = fleet_scenario(make, duration_s, estimate.rate_scale, 1.0)
-    router = scenario.router.model_copy(update={"policy": policy})
-    variants = [p.sim_variant("static") for p in scenario.pools]
-    kwargs = dict(seed=scenario.seed, replica_choice=scenario.replica_choice)
-    sim = (
-        StaggeredReports(variants, router, phase_seed=seed, **kwargs)
-        if staggered
-        else Simulation(variants, router, **kwargs)
-    )
-    return sim.run(sim_requests(scenario.streams, scenario.duration_s, router), horizon_s=duration_s).records
-
-
-def summary(records) -> str:
-    met = sum(1 for r in records if r.slo_met) / len(records)
-    inter = [r for r in records if r.slo_tier == "interactive"]
-    inter_met = sum(1 for r in inter if r.slo_met) / max(1, len(inter))
-    on_small = Counter(r.slo_tier for r in records if r.variant and "8b" in r.variant)
-    return f"{100 * met:.1f}% (interactive {100 * inter_met:.1f}%, standard on the 8B {on_small['standard']})"
+    if not staggered:
+        return capacity.run(Simulation, policy, duration_s)[0]
+    return capacity.run(StaggeredReports, policy, duration_s, phase_seed=seed)[0]
 
 
 def main() -> None:
     duration_s = float(sys.argv[1]) if len(sys.argv) > 1 else 150.0
     seeds = int(sys.argv[2]) if len(sys.argv) > 2 else 1
     for policy in ("slo", "length_threshold"):
-        plain = summary(run(policy, duration_s, 0, False))
+        plain = capacity.summary(run(policy, duration_s, 0, False))
         for seed in range(seeds):
             print(
                 f"{policy}: simulator {plain} | reports as the real stack dates them, phases {seed}: "
-                f"{summary(run(policy, duration_s, seed, True))}"
+                f"{capacity.summary(run(policy, duration_s, seed, True))}"
             )
 
 
