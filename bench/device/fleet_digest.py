@@ -218,13 +218,9 @@ def divergence(records: list[RequestRecord], sim: dict[int, RequestRecord]) -> d
             if name == "met":
                 figures[name] = (sum(real) / max(1, len(real)), sum(simulated) / max(1, len(simulated)))
             else:
-                figures[name] = (_median(real), _median(simulated))
+                figures[name] = (_q(real, 0.5), _q(simulated, 0.5))
         out[key] = figures
     return out
-
-
-def _median(values: list[float]) -> float | None:
-    return sorted(values)[len(values) // 2] if values else None
 
 
 def _divergence(policy: str, records: list[RequestRecord], sim: dict[int, RequestRecord]) -> list[str]:
@@ -239,7 +235,7 @@ def _divergence(policy: str, records: list[RequestRecord], sim: dict[int, Reques
     return lines
 
 
-def _num(value: float | None) -> str:
+def _num(value: int | None) -> str:
     return "-" if value is None else f"{value:.0f}"
 
 
