@@ -44,11 +44,16 @@ class ReplicaReport:
     logging_config={"enable_access_log": False},  # several posts a second per replica would drown the log
 )
 class StatsBoard:
+    """The board. Its methods are async with nothing awaited inside: Serve runs a sync method in a thread pool
+    (``RAY_SERVE_RUN_SYNC_IN_THREADPOOL``, on by default in 2.60), a thread hop per call that cost more than the
+    call, at several posts a second per engine replica and ten snapshots a second per ingress replica; on the
+    event loop each runs to its end, so no two interleave."""
+
     def __init__(self) -> None:
         self._entries: dict[tuple[str, str], tuple[float, EngineStats]] = {}
         self._redirected: dict[str, tuple[float, dict[str, float]]] = {}  # ingress -> (posted, {variant: level})
 
-    def post(self, variant: str, replica: str, stats: EngineStats) -> float:
+    async def post(self, variant: str, replica: str, stats: EngineStats) -> float:
         """Takes a replica's stats; answers the requests redirected away from its variant, summed over ingresses."""
         now = time.monotonic()
         self._entries[(variant, replica)] = (now, stats)
@@ -56,14 +61,14 @@ class StatsBoard:
             levels.get(variant, 0.0) for posted, levels in self._redirected.values() if now - posted <= STALE_AFTER_S
         )
 
-    def redirected(self, source: str, levels: dict[str, float]) -> None:
+    async def redirected(self, source: str, levels: dict[str, float]) -> None:
         """One ingress's redirected demand per variant (``RedirectedDemand.levels``); replaces its last post."""
         self._redirected[source] = (time.monotonic(), levels)
 
-    def remove(self, variant: str, replica: str) -> None:
+    async def remove(self, variant: str, replica: str) -> None:
         self._entries.pop((variant, replica), None)
 
-    def snapshot(self) -> dict[str, list[ReplicaReport]]:
+    async def snapshot(self) -> dict[str, list[ReplicaReport]]:
         """Fresh entries grouped by variant."""
         now = time.monotonic()
         out: dict[str, list[ReplicaReport]] = {}
