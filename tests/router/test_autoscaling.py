@@ -242,3 +242,37 @@ def test_a_fleet_with_room_for_its_demand_does_not_scale_ahead_on_its_noise():
     assert scaled_ahead(now, rising, ctx, ahead) == now  # no projection while the running replicas cover the ask
     short = context(replica(running_requests=3), replica(running_requests=3), current=1)  # one of them still starts
     assert scaled_ahead(desired_replicas(short, ahead), rising, short, ahead).replicas == 7  # 2 + 0.5 x 10
+
+
+def _held(reports: list[float], every_s: float = 0.5, tick_s: float = 0.1) -> list[tuple[float, float]]:
+    """The policy's ``(time, demand)`` history: one point a tick, each report held until the next one."""
+    per = round(every_s / tick_s)
+    return [(round(i * tick_s, 1), reports[i // per]) for i in range(len(reports) * per)]
+
+
+def test_a_burst_on_a_fleet_that_held_the_window_is_not_projected_but_a_step_is():
+    # The diurnal wave's base on the real stack (session 16): one replica of 2 slots, about one sequence in flight,
+    # then three requests within a second. Short now (1.76 > 1), but not over the window: the old gate projected
+    # the window's slope 20 s ahead and asked for 4 replicas that came after the burst had gone.
+    ahead = ScalingTargets(scale_ahead_s=20.0, trend_window_s=10.0)
+    base = [0.0, 0.67, 0.0, 0.0, 0.67, 0.67, 0.0, 0.67, 0.0, 0.0, 0.67, 0.67, 0.0, 0.67, 0.67, 0.0]
+    burst = _held([*base, 0.67, 1.33, 1.33, 1.76])
+    ctx = context(replica(max_running_requests=2, running_requests=2, queued_requests=0.64))
+    now = desired_replicas(ctx, ahead)
+    assert (now.replicas, now.signal) == (2, "slots")  # 2.64 sequences / 1.5 -> 1.76
+
+    assert rising_trend(burst) > 0  # the slope is there ...
+    assert scaled_ahead(now, burst, ctx, ahead) == now  # ... but the window's mean (0.47) is below the one replica
+
+    step = _held([*base, 6.0, 6.0, 6.0, 6.0])  # a 10x step 2 s ago: the window's mean is 1.5, above the replica
+    assert scaled_ahead(now, step, ctx, ahead).replicas == 8
+
+    # After a scale-down to 3 replicas, a burst back to 4.75 on a window that averaged 2.6: the real stack asked for
+    # 8 again (the crest's replicas, 20 s ahead) and removed them 8 s after they came.
+    after = _held(
+        [4.0, 3.4, 2.4, 1.8, 2.0, 1.8, 2.0, 1.2, 2.2, 3.4, 2.5, 1.9, 0.9, 1.0, 2.1, 3.0, 3.99, 4.67, 4.75, 4.75]
+    )
+    three = context(
+        *(replica(max_running_requests=2, running_requests=2) for _ in range(3)), handle_queued_requests=1.1
+    )
+    assert scaled_ahead(desired_replicas(three, ahead), after, three, ahead).signal != "trend"

@@ -154,13 +154,15 @@ def test_the_policy_scales_ahead_of_a_rising_demand_on_the_contexts_clock():
     busy = EngineStats(running_requests=4, queued_requests=0, max_running_requests=16)  # 4/12: 1 replica
 
     answers = []
-    for second, running in enumerate([4, 9, 14]):  # demand +5 sequences (5/12 of a replica) a second
+    for second, running in enumerate([10, 15, 20]):  # demand +5 sequences (5/12 of a replica) a second
         stats = EngineStats(running_requests=running, max_running_requests=16)
         ctx = _ray_context(_reported(stats), running=1, current_time=100.0 + second, capacity_adjusted_max_replicas=8)
         answers.append(policy(ctx)[0])
 
     assert EngineLoadPolicy()(_ray_context(_reported(busy), running=1))[0] == 1
-    assert answers[-1] == 6  # 14/12 + 5/12 a second x 10 s = 5.3 -> 6, where the load alone asks for 2
+    # 20/12 + 5/12 a second x 10 s = 5.8 -> 6, where the load alone asks for 2 (the window's mean, 15/12, is above the
+    # one replica: short over the window, not only at its last reading, session 16)
+    assert answers[-1] == 6
     full = EngineLoadPolicy(scale_ahead_s=10.0, trend_window_s=2.0)
     for second, running in enumerate([4, 8, 12]):  # the same rise up to exactly one full replica: not short yet
         stats = EngineStats(running_requests=running, max_running_requests=16)
