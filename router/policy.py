@@ -46,6 +46,11 @@ How ``slo`` judges, and why:
   a request that meets its SLO elsewhere goes there instead, and so does one sure to be met elsewhere while the
   variant holds work that only it could take (``holds_exclusive``). Past capacity, a request looser than a kind
   it would make miss on its variant yields the variant to them (``yielded_to_reservation``).
+* **Not at the expense of tighter requests.** A request that would leave a tighter kind kept on its variant with
+  less than ``reserve_slack`` of room (conservative prediction), with a prefill longer than that room, goes to a
+  variant likely to meet it where it leaves no tighter kind short (``slo_met_around_reservation``): it has the
+  slack to take a likely variant, and the kept kind's mean room understates what a long prefill does to the
+  short requests queued behind it on a replica.
 """
 
 from __future__ import annotations
@@ -56,7 +61,14 @@ from router.baselines import BASELINES
 from router.config import RouterConfig
 from router.latency import _MAX_PREFILL_SHARE, LatencyModel, Load, clamp_slowdown, margin_class
 from router.load import queue_bound, replica_load, serving_replicas
-from router.reservation import crowded_out, holds_exclusive, record_exclusive, reserve_room
+from router.reservation import (
+    crowded_out,
+    holds_exclusive,
+    prefill_outweighs_slack,
+    record_exclusive,
+    reserve_room,
+    tighter_room,
+)
 from router.shedding import is_hopeless
 from router.shedding import retry_after_s as shed_retry_after_s
 from router.types import Decision, Prediction, Reason, RequestFeatures, RouterState, VariantView, ttft_budget
@@ -384,12 +396,35 @@ def _route_slo(
                     kept, _ = pick(pool)
                     if kept.name != best.name:
                         best, reason = kept, Reason.SLO_MET_AROUND_RESERVATION
-        # With on_violation: reject a request is met or refused, never served late: it does not yield.
-        if (
-            config.reserve_slack <= 0
-            or config.on_violation == "reject"
-            or not crowded_out(best, loads[best.name], request, state, config)
-        ):
+        # With on_violation: reject a request is met or refused, never served late: it neither yields nor goes
+        # around tighter requests to a variant merely likely to meet it.
+        if config.reserve_slack <= 0 or config.on_violation == "reject":
+            return Decision(best.name, reason, predictions)
+        # Not at the expense of tighter requests: where taking ``best`` would leave a tighter kind kept there
+        # short of room on the conservative prediction, and the request's own prefill alone would take more than
+        # that room (reserve_slack of the kind's TTFT target), the request goes to a variant likely to meet it
+        # (mean prediction) where it leaves no tighter kind short. Each decision judges only the request in hand,
+        # and the mean room, spread over the replicas, understates what a long prefill does to the short requests
+        # queued behind it on its replica: in the simulator's two_variant fleet at capacity the 8B took long RAG
+        # prompts while its interactive chat was short of room, and 88% of the chats that missed their TTFT there
+        # had such a prefill ahead of them (docs/sim.md, "Not at the expense of tighter requests"). The looser
+        # request has the slack to take a likely rather than a sure variant. Short prompts are left out: moving
+        # them spares the kept kind little, and in the tiers fleet, where standard chat is as short as the
+        # interactive chat, moving it too cost attainment.
+        load = loads[best.name]
+        scale, slack = config.error_margin_scale, config.reserve_slack
+        if tighter_room(best, load, request, state, config, scale) >= slack:
+            return Decision(best.name, reason, predictions)  # the mean leaves room too: not crowded out either
+        if prefill_outweighs_slack(best, request, state, config):
+            around = [
+                v
+                for v in likely
+                if v.name != best.name and tighter_room(v, loads[v.name], request, state, config, scale) >= slack
+            ]
+            if around:
+                best = _least_expected(around, expected)
+                return Decision(best.name, Reason.SLO_MET_AROUND_RESERVATION, predictions)
+        if not crowded_out(best, load, request, state, config):
             return Decision(best.name, reason, predictions)
         # Tighter requests already miss on ``best`` (router.reservation.crowded_out): the request gives it up
         # to them for a variant where it crowds out no one, and from here on is a request no variant meets.

@@ -145,12 +145,55 @@ def crowded_out(
     capacity nothing changes. Cost is not weighed: a rule that yielded only for prompts longer than the
     kept kind's left the tiers fleet at R = 6 at 71.9% where this one gives 76.7% (docs/sim.md).
     """
+    return tighter_room(view, load, request, state, config, 0.0) < 0.0
+
+
+def tighter_room(
+    view: VariantView,
+    load: Load,
+    request: RequestFeatures,
+    state: RouterState,
+    config: RouterConfig,
+    error_margin_scale: float,
+) -> float:
+    """The least room (fraction of its targets) that a typical request of any kind ``view`` is kept for with
+    tighter targets than ``request``'s would find there once ``request`` had taken it, on predictions inflated by
+    ``error_margin_scale`` times the learned margins (0: the mean prediction); 1 when it is kept for none such.
+    Since the margins are never negative, a larger scale never gives more room.
+
+    :func:`crowded_out` asks it of the mean prediction; the SLO policy also asks it of the conservative one
+    (``RouterConfig.error_margin_scale``), to keep a looser request's prefill off a variant where it would
+    leave the tighter kinds short (router.policy, "Not at the expense of tighter requests")."""
+    demand = state.exclusive.get(view.name)
+    if not demand:
+        return 1.0
+    own = _targets(request)
+    kept_for = [(t, d) for t, d in _live(demand, state, config) if _tighter(t, own)]
+    if not kept_for:
+        return 1.0
+    return _room(view, _taking(view, load, request), kept_for, error_margin_scale, config.ttft_path_ms)
+
+
+def prefill_outweighs_slack(
+    view: VariantView, request: RequestFeatures, state: RouterState, config: RouterConfig
+) -> bool:
+    """Whether ``request``'s own prefill on ``view`` (its prompt at the variant's learned prefill cost) takes more
+    than ``reserve_slack`` of the TTFT budget of some kind ``view`` is kept for with tighter targets: the delay it
+    alone puts before each request of that kind queued behind it on its replica, which the variant-wide room of
+    :func:`tighter_room` spreads over every replica. A prompt shorter than that is not what leaves them short."""
     demand = state.exclusive.get(view.name)
     if not demand:
         return False
     own = _targets(request)
-    kept_for = [(t, d) for t, d in _live(demand, state, config) if _tighter(t, own)]
-    return bool(kept_for) and _room(view, _taking(view, load, request), kept_for, 0.0, config.ttft_path_ms) < 0.0
+    prefill_ms = request.prompt_tokens * view.latency.prefill_ms_per_token
+    path_ms = config.ttft_path_ms
+    for targets, _ in _live(demand, state, config):
+        ttft_target = targets[0]
+        if ttft_target is not None and _tighter(targets, own):
+            budget = ttft_budget(ttft_target, path_ms) if path_ms else ttft_target
+            if prefill_ms > config.reserve_slack * budget:
+                return True
+    return False
 
 
 def _tighter(a: Targets, b: Targets) -> bool:

@@ -230,12 +230,20 @@ def _route_slo(
                 kept, _ = pick(pool)
                 if kept.name != best.name:
                     best, reason = kept, Reason.SLO_MET_AROUND_RESERVATION
-        # With on_violation: reject a request is met or refused, never served late: it does not yield.
-        if (
-            config.reserve_slack <= 0
-            or config.on_violation == "reject"
-            or not _crowded_out(best, loads[best.name], request, state, config)
-        ):
+        # With on_violation: reject a request is met or refused, never served late: it neither yields nor goes
+        # around tighter requests to a variant merely likely to meet it.
+        if config.reserve_slack <= 0 or config.on_violation == "reject":
+            return Decision(best.name, reason, predictions)
+        # Not at the expense of tighter requests (router.policy): where ``best`` would be left short of room for
+        # a tighter kind on the conservative prediction by a prefill longer than that room, a likely variant that
+        # it leaves no tighter kind short on.
+        room = {v.name: _tighter_room(v, loads[v.name], request, state, config) for v in [best, *likely]}
+        if room[best.name] < config.reserve_slack and _prefill_outweighs_slack(best, request, state, config):
+            around = [v for v in likely if v.name != best.name and room[v.name] >= config.reserve_slack]
+            if around:
+                chosen = min(around, key=lambda v: (_expected_ratio(request, predictions[v.name]), -v.quality))
+                return Decision(chosen.name, Reason.SLO_MET_AROUND_RESERVATION, predictions)
+        if not _crowded_out(best, loads[best.name], request, state, config):
             return Decision(best.name, reason, predictions)
         # Tighter requests already miss on ``best`` (router.reservation.crowded_out): the request gives it up
         # to them for a variant where it crowds out no one, and from here on is a request no variant meets.
@@ -353,6 +361,31 @@ def _crowded_out(
     return crowded_out(
         view, load, request, state.exclusive.get(view.name), now=state.decisions, window=config.reservation_window
     )
+
+
+def _tighter_room(
+    view: VariantView, load: Load, request: RequestFeatures, state: RouterState, config: RouterConfig
+) -> float:
+    """The least room a typical request of a kind ``view`` is kept for with tighter targets than ``request``'s
+    would find once ``request`` took it, on the conservative prediction; 1 when there is no such kind."""
+    own = _targets(request)
+    kept_for = [(t, d) for t, d in _live(state.exclusive.get(view.name), state.decisions, config.reservation_window)]
+    kept_for = [(t, d) for t, d in kept_for if _tighter(t, own)]
+    if not kept_for:
+        return 1.0
+    return _room(view, _taking(view, load, request), kept_for, config.error_margin_scale)
+
+
+def _prefill_outweighs_slack(
+    view: VariantView, request: RequestFeatures, state: RouterState, config: RouterConfig
+) -> bool:
+    """Whether ``request``'s prefill on ``view`` takes more than reserve_slack of the TTFT target of a kind kept
+    there with tighter targets."""
+    own = _targets(request)
+    kinds = _live(state.exclusive.get(view.name), state.decisions, config.reservation_window)
+    targets = [t[0] for t, _ in kinds if t[0] is not None and _tighter(t, own)]
+    prefill_ms = request.prompt_tokens * view.latency.prefill_ms_per_token
+    return any(prefill_ms > config.reserve_slack * target for target in targets)
 
 
 def record_exclusive(
