@@ -64,7 +64,7 @@ from engines.presets import EMULATED_PREFIX
 from engines.protocol import SamplingParams
 from traffic.records import write_jsonl
 from traffic.report import machine_info
-from traffic.summary import summarize
+from traffic.summary import latency_stats, summarize
 from traffic.workload import RequestSpec
 
 NAME = "overhead"
@@ -382,7 +382,9 @@ class _Run:
             levels = {}
             for c in self.concurrency:
                 emulation = (
-                    (engine.scheduler_cpu_s, engine.generated_tokens) if isinstance(engine, EmulatedEngine) else None
+                    (engine.scheduler_cpu_s, engine.generated_tokens, engine.iterations)
+                    if isinstance(engine, EmulatedEngine)
+                    else None
                 )
                 with self.observe("direct", c) as cpu:
                     result = await run_direct(engine, self.specs(c, as_text=False), c, SAMPLING)
@@ -394,10 +396,18 @@ class _Run:
             await engine.shutdown()
 
     def against_profile(
-        self, engine: EmulatedEngine, concurrency: int, level: LevelResult, cpu_before: float, tokens_before: int
+        self,
+        engine: EmulatedEngine,
+        concurrency: int,
+        level: LevelResult,
+        cpu_before: float,
+        tokens_before: int,
+        iterations_before: int,
     ) -> LevelResult:
-        """The level with what the emulated engine's profile says it should measure, and the emulation's CPU."""
+        """The level with what the emulated engine's profile says it should measure, the emulation's CPU and the
+        engine's own step at p99 (the iterations of this level)."""
         made = engine.generated_tokens - tokens_before
+        steps = list(engine.step_durations_s)[-(engine.iterations - iterations_before) :]
         expected = closed_loop(
             engine.profile,
             concurrency=concurrency,
@@ -411,12 +421,14 @@ class _Run:
             update={
                 "profile": expected,
                 "emulation_us_per_token": 1e6 * (engine.scheduler_cpu_s - cpu_before) / made if made else None,
+                "engine_step_p99_ms": latency_stats(steps).p99,
             }
         )
         print(
             f"  {'':13s} profile: {expected.tokens_per_s:9.1f} tok/s  TTFT p50 {expected.ttft_p50_ms:8.2f} ms  "
             f"TPOT p50 {expected.tpot_p50_ms:.2f} ms (measured {level.tpot_p50_ms or 0:.2f})  "
-            f"emulation {level.emulation_us_per_token or 0:.2f} us/token",
+            f"emulation {level.emulation_us_per_token or 0:.2f} us/token  "
+            f"step p99 {level.engine_step_p99_ms or 0:.2f} ms",
             flush=True,
         )
         return level

@@ -62,6 +62,11 @@ class LevelResult(BaseModel):
         description="An emulated engine's own CPU per generated token (its iteration callbacks: scheduling, "
         "drawing tokens, waking streams), apart from the stream path every backend runs.",
     )
+    engine_step_p99_ms: float | None = Field(
+        None,
+        description="An emulated engine's direct path: its own iteration (step) at p99 over the level, as its profile "
+        "planned it. The stack's message gap p99 is judged against it plus the stream interval.",
+    )
 
     def cpu_ms_per_token(self, role: str | None = None) -> float | None:
         """CPU milliseconds per generated token, of one role or (None) of the serving side: every process but
@@ -236,7 +241,8 @@ def render_profile_table(result: OverheadResult) -> list[str]:
         f"| {c} | {_num(lv.tokens_per_s)} / {_num(p.tokens_per_s)} ({_off(lv.tokens_per_s, p.tokens_per_s)}) "
         f"| {_num(lv.ttft_p50_ms, 2)} / {_num(p.ttft_p50_ms, 2)} ({_off(lv.ttft_p50_ms, p.ttft_p50_ms)}) "
         f"| {_num(lv.tpot_p50_ms, 2)} / {_num(p.tpot_p50_ms, 2)} ({_off(lv.tpot_p50_ms, p.tpot_p50_ms)}) "
-        f"| {_num(lv.emulation_us_per_token, 2)} | {_num(lv.cpu_ms_per_token(), 3)} |"
+        f"| {_num(lv.engine_step_p99_ms, 2)} | {_num(lv.emulation_us_per_token, 2)} "
+        f"| {_num(lv.cpu_ms_per_token(), 3)} |"
         for c, lv in levels
         if (p := lv.profile) is not None
     ]
@@ -248,10 +254,11 @@ def render_profile_table(result: OverheadResult) -> list[str]:
         "Measured in-process (path direct) / what the profile says for the same closed loop (the simulator's "
         "replica in virtual time), and the emulation's own CPU per generated token (its iteration callbacks), "
         "apart from the stream path (detokenizer, stop strings, coalescing) that every backend runs; the last "
-        "column is the whole process, that path and the load loop included.",
+        "column is the whole process, that path and the load loop included. The engine's own step (iteration) at "
+        "p99 plus the stream interval bounds the message gap a path may add to (issue #21).",
         "",
-        "| streams | tokens/s | TTFT p50 ms | TPOT p50 ms | emulation us/token | process CPU ms/token |",
-        "|---:|---:|---:|---:|---:|---:|",
+        "| streams | tokens/s | TTFT p50 ms | TPOT p50 ms | step p99 ms | emulation us/token | process CPU ms/token |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
         *rows,
         "",
     ]

@@ -29,6 +29,7 @@ import logging
 import math
 import random
 import time
+from collections import deque
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +56,7 @@ from engines.token_source import TokenSource
 logger = logging.getLogger(__name__)
 
 LATE_REPORT_S = 10.0  # the shortest time between two log lines about a late event loop
+STEP_HISTORY = 1 << 16  # iterations whose durations are kept (step_durations_s): minutes of a busy engine
 
 
 @dataclass(eq=False, slots=True)
@@ -111,6 +113,10 @@ class EmulatedEngine(Engine):
         self.scheduler_cpu_s = 0.0
         self.generated_tokens = 0
         self.iterations = 0
+        # The last iterations' durations (s) as the profile planned them, the engine's own steps: what a stream's
+        # message gap is judged against (its p99 step plus the stream interval, bench overhead). One append per
+        # iteration, bounded.
+        self.step_durations_s: deque[float] = deque(maxlen=STEP_HISTORY)
         self.late_restarts = 0  # iterations whose loop came back over an iteration late: the timeline restarted
         self.late_lost_s = 0.0  # the time those restarts cost the engine
         self._late_reported_at = 0.0
@@ -350,6 +356,7 @@ class EmulatedEngine(Engine):
         self._aborted.clear()
         self.generated_tokens += made + first
         self.iterations += 1
+        self.step_durations_s.append(iteration.duration_s)
         self._batch.admit()
         # The engine's own timeline; a loop that fell more than an iteration behind restarts it from now.
         late = time.monotonic() - planned_end

@@ -118,7 +118,12 @@ def test_an_emulated_engine_runs_every_path_but_the_engine_server_and_is_held_ag
         assert (level["errors"], level["output_tokens"]) == (0, 15), name
     direct = data["paths"]["direct"]["levels"]["2"]
     assert direct["profile"]["tpot_p50_ms"] > 0 and direct["emulation_us_per_token"] > 0
-    assert "against its profile" in (tmp_path / "report" / "report.md").read_text()
+    # The engine's own step at p99, which the message gap is judged against: at least its decode step, at most
+    # a prefill's (an 8-token prompt) on top of it.
+    decode_step = direct["profile"]["tpot_p50_ms"]
+    assert 0.5 * decode_step <= direct["engine_step_p99_ms"] <= 10 * decode_step
+    report = (tmp_path / "report" / "report.md").read_text()
+    assert "against its profile" in report and "step p99 ms" in report
 
 
 @pytest.mark.parametrize("kind", sidecar.ENGINE_SERVERS)
