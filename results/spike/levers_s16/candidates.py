@@ -78,21 +78,31 @@ def short_waiting(ask: float, ctx: policy.ScalingContext, targets: policy.Scalin
     return ask > ctx.current_replicas + 1e-6 and waiting > 0.5
 
 
+def _line(history: Sequence[tuple[float, float]]) -> tuple[float, float] | None:
+    """The least-squares slope of the demand over time and its variance (residuals about the line over the
+    times' spread); None for fewer than three points or no spread."""
+    n = len(history)
+    if n < 3:
+        return None
+    mt = sum(t for t, _ in history) / n
+    md = sum(d for _, d in history) / n
+    sxx = sum((t - mt) ** 2 for t, _ in history)
+    if sxx <= 0:
+        return None
+    b = sum((t - mt) * (d - md) for t, d in history) / sxx
+    res = sum((d - md - b * (t - mt)) ** 2 for t, d in history) / (n - 2)
+    return b, res / sxx
+
+
 def slope_lcb(k: float) -> Callable[[Sequence[tuple[float, float]]], float]:
     """The slope less k standard errors (from the residuals about the fitted line): the part noise cannot explain."""
 
     def fit(history: Sequence[tuple[float, float]]) -> float:
-        n = len(history)
-        if n < 3:
+        line = _line(history)
+        if line is None:
             return 0.0
-        mt = sum(t for t, _ in history) / n
-        md = sum(d for _, d in history) / n
-        sxx = sum((t - mt) ** 2 for t, _ in history)
-        if sxx <= 0:
-            return 0.0
-        b = sum((t - mt) * (d - md) for t, d in history) / sxx
-        res = sum((d - md - b * (t - mt)) ** 2 for t, d in history) / (n - 2)
-        return max(0.0, b - k * math.sqrt(res / sxx))
+        b, variance = line
+        return max(0.0, b - k * math.sqrt(variance))
 
     return fit
 
@@ -114,18 +124,12 @@ def slope_lcb_reports(k: float) -> Callable[[Sequence[tuple[float, float]]], flo
     """As slope_lcb, with the standard error counted over the distinct reports (a run of equal values is one)."""
 
     def fit(history: Sequence[tuple[float, float]]) -> float:
-        n = len(history)
-        if n < 3:
+        line = _line(history)
+        if line is None:
             return 0.0
-        mt = sum(t for t, _ in history) / n
-        md = sum(d for _, d in history) / n
-        sxx = sum((t - mt) ** 2 for t, _ in history)
-        if sxx <= 0:
-            return 0.0
-        b = sum((t - mt) * (d - md) for t, d in history) / sxx
-        res = sum((d - md - b * (t - mt)) ** 2 for t, d in history) / (n - 2)
+        b, variance = line
         reports = 1 + sum(1 for (_, a), (_, c) in itertools.pairwise(history) if a != c)
-        return max(0.0, b - k * math.sqrt(res / sxx * n / max(reports, 3)))
+        return max(0.0, b - k * math.sqrt(variance * len(history) / max(reports, 3)))
 
     return fit
 
