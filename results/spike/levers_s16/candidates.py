@@ -94,17 +94,24 @@ def _line(history: Sequence[tuple[float, float]]) -> tuple[float, float] | None:
     return b, res / sxx
 
 
-def slope_lcb(k: float) -> Callable[[Sequence[tuple[float, float]]], float]:
-    """The slope less k standard errors (from the residuals about the fitted line): the part noise cannot explain."""
+def _slope_bound(
+    k: float, inflation: Callable[[Sequence[tuple[float, float]]], float]
+) -> Callable[[Sequence[tuple[float, float]]], float]:
+    """The fitted slope less k standard errors, its variance multiplied by ``inflation(history)``."""
 
     def fit(history: Sequence[tuple[float, float]]) -> float:
         line = _line(history)
         if line is None:
             return 0.0
         b, variance = line
-        return max(0.0, b - k * math.sqrt(variance))
+        return max(0.0, b - k * math.sqrt(variance * inflation(history)))
 
     return fit
+
+
+def slope_lcb(k: float) -> Callable[[Sequence[tuple[float, float]]], float]:
+    """The slope less k standard errors (from the residuals about the fitted line): the part noise cannot explain."""
+    return _slope_bound(k, lambda history: 1.0)
 
 
 def _mean_gate(
@@ -123,15 +130,11 @@ def _mean_gate(
 def slope_lcb_reports(k: float) -> Callable[[Sequence[tuple[float, float]]], float]:
     """As slope_lcb, with the standard error counted over the distinct reports (a run of equal values is one)."""
 
-    def fit(history: Sequence[tuple[float, float]]) -> float:
-        line = _line(history)
-        if line is None:
-            return 0.0
-        b, variance = line
+    def per_report(history: Sequence[tuple[float, float]]) -> float:
         reports = 1 + sum(1 for (_, a), (_, c) in itertools.pairwise(history) if a != c)
-        return max(0.0, b - k * math.sqrt(variance * len(history) / max(reports, 3)))
+        return len(history) / max(reports, 3)
 
-    return fit
+    return _slope_bound(k, per_report)
 
 
 def cand(short, slope) -> Ahead:  # type: ignore[no-untyped-def]
