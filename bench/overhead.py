@@ -407,7 +407,9 @@ class _Run:
         """The level with what the emulated engine's profile says it should measure, the emulation's CPU and the
         engine's own step at p99 (the iterations of this level)."""
         made = engine.generated_tokens - tokens_before
-        steps = list(engine.step_durations_s)[-(engine.iterations - iterations_before) :]
+        # This level's iterations are the deque's last ones (a slice from -0 would be all of them).
+        ran = engine.iterations - iterations_before
+        steps = list(engine.step_durations_s)[-ran:] if ran > 0 else []
         expected = closed_loop(
             engine.profile,
             concurrency=concurrency,
