@@ -33,20 +33,25 @@ def interval_s(config: Any) -> float:
 def next_due(due: float, now: float, interval_s: float) -> float:
     """When a stream's next message is due, its last one having been due at ``due`` and sent at ``now``.
 
-    One interval after the last was due, not after it was sent: a fixed cadence, as TensorRT-LLM's
-    ``stream_interval`` counts iterations, so that a message that left late (a busy event loop, an engine step that
-    ran over its due time) does not push every later one back, and the gaps a client sees stay the interval plus
-    the engine's step rather than growing by every hop's delay. A stream more than an interval behind is due one
-    interval after now (it does not catch up with one-token messages). The first message's ``due`` is 0.
+    A message sent late (a busy event loop, an engine step that ran past its due time) keeps the cadence: the next
+    is due one interval after this one was due, not after it was sent, so that every hop's delay does not push
+    every later message back (TensorRT-LLM's ``stream_interval`` counts iterations, a fixed cadence too). A message
+    sent early (at the last engine step before it was due, :meth:`Cadence.due`'s ``next_at``) starts the next
+    interval when it left: the tokens made after it are held at most an interval. A stream more than an interval
+    behind is due one interval after now (it does not catch up with one-token messages). The first message's
+    ``due`` is 0.
     """
-    following = due + interval_s
+    following = min(due, now) + interval_s
     return following if following > now else now + interval_s
 
 
 class Cadence:
     """When one stream's next message is due: at once for the first and for a finished one, otherwise once
-    ``send_at`` has passed; :meth:`sent` moves ``send_at`` on by :func:`next_due`. Times are seconds on the one
-    clock its caller keeps to (``time.monotonic`` or the event loop's)."""
+    ``send_at`` has passed, or earlier, at the last engine step before it, when the caller knows when the next step
+    ends (``next_at``): a token is then held at most the interval, and a client sees messages at most an interval
+    apart plus what the hops add, not an interval plus an engine step. :meth:`sent` moves ``send_at`` on by
+    :func:`next_due`. Times are seconds on the one clock its caller keeps to (``time.monotonic`` or the event
+    loop's)."""
 
     __slots__ = ("interval_s", "send_at")
 
@@ -54,8 +59,10 @@ class Cadence:
         self.interval_s = interval_s
         self.send_at = 0.0  # the first message is due at once
 
-    def due(self, now: float, *, finished: bool = False) -> bool:
-        return finished or now >= self.send_at
+    def due(self, now: float, *, finished: bool = False, next_at: float | None = None) -> bool:
+        """Whether a message should leave at ``now``; ``next_at``: when the next chance to send comes (the engine's
+        next step ends), None where unknown (the message then leaves at the first chance at or after ``send_at``)."""
+        return finished or now >= self.send_at or (next_at is not None and next_at > self.send_at)
 
     def sent(self, now: float) -> None:
         """A message left at ``now``."""

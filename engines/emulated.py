@@ -8,7 +8,8 @@ planned. Tokens are real ids of the variant's tokenizer (:class:`engines.token_s
 request's stream turns them into text through the same detokenizer and stop-string path as the real backends
 (:class:`engines.output.OutputStream`), at the token rates of the engine the profile describes. A stream is
 woken once per message, as TensorRT-LLM's ``stream_interval`` does: with its first token at once, then with
-everything it made once ``coalesce.interval_ms`` has passed (at the next iteration's end), and with its last
+everything it made before any of it has waited ``coalesce.interval_ms`` (at the last iteration end within it:
+the next iteration's end is planned, so the loop knows when waiting longer would be late), and with its last
 token at once; a consumer that is behind takes everything that piled up in one message.
 
 Iteration ends are timed by :class:`engines.iteration_timer.IterationTimer` (a timerfd on Linux: asyncio's own
@@ -253,7 +254,9 @@ class EmulatedEngine(Engine):
             while True:
                 # Wait for the next message to be due, even when tokens are already here: a consumer that comes back
                 # within the interval (its last message took a while to send) must not send one token at a time.
-                if not seq.finished and (not seq.new_ids or not seq.cadence.due(time.monotonic())):
+                if not seq.finished and (
+                    not seq.new_ids or not seq.cadence.due(time.monotonic(), next_at=self._next_end())
+                ):
                     seq.waiter = self._loop.create_future()
                     await seq.waiter
                 if self._stopped:
@@ -291,10 +294,15 @@ class EmulatedEngine(Engine):
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
+    def _next_end(self) -> float | None:
+        """When the running iteration ends (monotonic), the next chance to send a stream's message; None when idle."""
+        return self._iteration_end if self._busy else None
+
     def _wake_due(self, seq: _Sequence, now: float) -> None:
-        """Wakes a decoding stream if its message is due: its last token, or its interval is over (the first token
-        wakes it at once, in ``_end_iteration``)."""
-        if seq.cadence.due(now, finished=seq.finished):
+        """Wakes a decoding stream if its message is due: its last token, its interval over, or over before the
+        next iteration ends (the first token wakes it at once, in ``_end_iteration``). Called once the next
+        iteration is planned."""
+        if seq.cadence.due(now, finished=seq.finished, next_at=self._next_end()):
             self._wake(seq)
 
     # ---------------------------------------------------------------- the iteration loop
@@ -328,9 +336,10 @@ class EmulatedEngine(Engine):
             made += 1
             if seq.finished:
                 self._batch.finish(seq)
+                self._wake(seq)
             else:
                 still.append(seq)
-            self._wake_due(seq, now)
+        decoded = len(still)  # the streams woken once the next iteration is planned (its end decides who is due)
         self._decoding = still
         if made:
             self._rate.add(made, now, decode_s)
@@ -365,6 +374,9 @@ class EmulatedEngine(Engine):
         else:
             self._count_late_restart(late)
             self._plan(planned_end + late)
+        for seq in still[:decoded]:  # not the first tokens appended since: they were woken at once
+            if not seq.aborted:
+                self._wake_due(seq, now)
         self.scheduler_cpu_s += time.thread_time() - cpu_started
 
     def _count_late_restart(self, late_s: float) -> None:

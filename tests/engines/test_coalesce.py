@@ -133,6 +133,18 @@ def test_the_next_message_is_due_an_interval_after_the_last_was_due_not_after_it
     assert next_due(10.05, 10.07, 0.05) == pytest.approx(10.10)  # sent 20 ms late: the next one keeps the cadence
     assert next_due(10.05, 10.2, 0.05) == pytest.approx(10.25)  # more than an interval behind: one after now
     assert next_due(10.05, 10.07, 0.0) == pytest.approx(10.07)  # no interval: always due
+    assert next_due(10.05, 10.04, 0.05) == pytest.approx(10.09)  # sent 10 ms early: the next interval starts then
+
+
+def test_a_message_leaves_at_the_last_engine_step_before_it_is_due_when_the_next_step_would_be_late():
+    cadence = Cadence(0.05)
+    cadence.sent(10.0)  # due next at 10.05
+    assert not cadence.due(10.04)  # no next step known: wait for the first one at or after the due time
+    assert not cadence.due(10.04, next_at=10.05)  # the next step ends on time: wait for it
+    assert cadence.due(10.04, next_at=10.052)  # it would end 2 ms late: send now, no token held over 50 ms
+    cadence.sent(10.04)
+    assert not cadence.due(10.085, next_at=10.089)  # the interval counts from when the early one left
+    assert cadence.due(10.085, next_at=10.095)
 
 
 def test_a_cadence_sends_the_first_and_a_finished_message_at_once_the_others_an_interval_apart():
