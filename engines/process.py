@@ -62,40 +62,32 @@ class _Inbox:
     """One stream's undelivered items (delta tuples, then None or an error); cheaper than an asyncio.Queue.
 
     Its consumer is woken once per message: when its first delta comes, when the last does (a finish, the end
-    or an error), and otherwise when its ``cadence`` (monotonic) says, with everything that came meanwhile. The
-    next engine step is expected one step after this one (the last gap between two of the stream's deltas), so
-    a message leaves at the last step before its interval is over, not at the first one after it.
+    or an error), and otherwise when its ``cadence`` (monotonic) says, with everything that came meanwhile.
     """
 
-    __slots__ = ("cadence", "items", "last_at", "next_at", "waiter")
+    __slots__ = ("cadence", "items", "waiter")
 
     def __init__(self, interval_s: float) -> None:
         self.items: list[Any] = []
         self.waiter: asyncio.Future[None] | None = None
         self.cadence = Cadence(interval_s)
-        self.last_at = 0.0  # when the last item came (monotonic); 0 before the first
-        self.next_at: float | None = None  # when the next is expected: unknown until two have come
 
-    def _due(self, now: float) -> bool:
+    def _due(self) -> bool:
         if not self.items:
             return False
         last = self.items[-1]
-        # A delta on the wire is Delta's fields in order; [2] is its finish_reason.
-        return type(last) is not tuple or last[2] is not None or self.cadence.due(now, next_at=self.next_at)
+        # A delta on the wire is Delta's fields in order; [2] is its finish_reason. Called for every item filed
+        # (each engine step of each stream): the clock only when the stream has not ended.
+        return type(last) is not tuple or last[2] is not None or self.cadence.due(time.monotonic())
 
     def put(self, item: Any) -> None:
-        """Files ``item``; called for every item (each engine step of each stream), so one clock reading and no more."""
         self.items.append(item)
-        now = time.monotonic()
-        if self.last_at:
-            self.next_at = now + (now - self.last_at)
-        self.last_at = now
         waiter = self.waiter
-        if waiter is not None and not waiter.done() and self._due(now):
+        if waiter is not None and not waiter.done() and self._due():
             waiter.set_result(None)
 
     async def take(self) -> list[Any]:
-        while not self._due(time.monotonic()):
+        while not self._due():
             self.waiter = asyncio.get_running_loop().create_future()
             try:
                 await self.waiter
