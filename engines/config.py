@@ -51,11 +51,12 @@ class CoalesceConfig(StrictModel):
         ge=0,
         le=1000,
         description="The stream interval: after the first token (always sent at once), a stream's next message "
-        "carries everything the engine made for it since, sent before any of it has waited this long (at the last "
-        "engine step that keeps to it where the engine's next step end is known, as in the emulated engine; else on "
-        "a timer at that time, or at the first step after it in the engine_process relay); the last token also goes at once. 0 sends every engine step on its own: for a "
-        "client that counts one token per SSE event. 50 ms measured a third to half less serving CPU per token "
-        "than 0-20 ms at no cost to TTFT (docs/streaming.md).",
+        "carries everything the engine made for it since, sent before any of it has waited this long: at the last "
+        "engine step that keeps to it where the engine knows when its next step ends (emulated), else on a timer "
+        "at that time (hf, trtllm, openai_server), or at the first step after it (the engine_process relay). The "
+        "last token also goes at once. 0 sends every engine step on its own: for a client that counts one token "
+        "per SSE event. 50 ms measured a third to half less serving CPU per token than 0-20 ms at no cost to TTFT "
+        "(docs/streaming.md).",
     )
 
 
