@@ -102,6 +102,14 @@ class _VariantBook:
     decoding_max_tokens: float = 0.0  # sum of their max_tokens - 1
     decoding_rate: float = 0.0  # sum of their predicted tokens per second
     decoding_rate_first_at: float = 0.0  # sum of first-token time x predicted tokens per second
+    # For the spread of their remaining work (decode_tokens_left_sd): with a_i = max_tokens - 1 + speed x (first-token
+    # time - decoding_origin), a request's remaining work at ``now`` is a_i - speed x (now - decoding_origin); the sums
+    # of a_i^2, a_i x speed and speed^2 give the sum of its squares in O(1). The origin (the first token of the
+    # oldest batch still decoding) keeps the squares small; it moves only while nothing decodes.
+    decoding_origin: float = 0.0
+    decoding_a2: float = 0.0
+    decoding_a_rate: float = 0.0
+    decoding_rate2: float = 0.0
     prefill_sent: float = 0.0  # prompt tokens sent, ever
     rate: float = 0.0  # prompt tokens per second, decaying
     rate_at: float = 0.0
@@ -154,10 +162,16 @@ class InflightBook:
         ticket.prefill_sent_at_first_token = book.prefill_sent
         if ticket.max_tokens > 1:
             speed = self._tokens_per_s(ticket)
+            if book.decoding == 0:
+                book.decoding_origin = now
             book.decoding += 1
             book.decoding_max_tokens += ticket.max_tokens - 1
             book.decoding_rate += speed
             book.decoding_rate_first_at += now * speed
+            a = ticket.max_tokens - 1 + speed * (now - book.decoding_origin)
+            book.decoding_a2 += a * a
+            book.decoding_a_rate += a * speed
+            book.decoding_rate2 += speed * speed
         self._observe_ttft(ticket, now, censored=False)
 
     def progress(self, ticket: RouteTicket, completion_tokens: int, now: float) -> None:
@@ -205,6 +219,13 @@ class InflightBook:
             book.decoding_max_tokens -= ticket.max_tokens - 1
             book.decoding_rate -= speed
             book.decoding_rate_first_at -= ticket.first_token_at * speed
+            if book.decoding == 0:  # nothing decodes: the sums restart from zero, not from their rounding
+                book.decoding_a2 = book.decoding_a_rate = book.decoding_rate2 = 0.0
+            else:
+                a = ticket.max_tokens - 1 + speed * (ticket.first_token_at - book.decoding_origin)
+                book.decoding_a2 -= a * a
+                book.decoding_a_rate -= a * speed
+                book.decoding_rate2 -= speed * speed
         first_at, sent_then = ticket.first_token_at, ticket.prefill_sent_at_first_token
         if ticket.checkpoint_at is None:
             self._observe_tpot(ticket, first_at, 1, sent_then, completion_tokens, now, ok=ok, margin=True)
@@ -298,11 +319,18 @@ class InflightBook:
         if report_at is not None:
             fresh = sum(t.prompt_tokens for t in book.unstarted.values() if t.start > report_at)
         tokens_left = None
+        tokens_left_sd = None
         if book.decoding > 0:
             # Each decoding request has progressed (now - first token) at its predicted TPOT; summed in O(1).
             # One that outran its prediction counts negative, so the mean is floored, not each term.
             progressed = now * book.decoding_rate - book.decoding_rate_first_at
-            tokens_left = max(1.0, (book.decoding_max_tokens - progressed) / book.decoding)
+            mean_left = (book.decoding_max_tokens - progressed) / book.decoding
+            tokens_left = max(1.0, mean_left)
+            # The spread of the remaining work about its mean: sum of squares over n, less the squared mean.
+            u = now - book.decoding_origin
+            squares = book.decoding_a2 - 2.0 * u * book.decoding_a_rate + u * u * book.decoding_rate2
+            variance = squares / book.decoding - mean_left * mean_left
+            tokens_left_sd = math.sqrt(variance) if variance > 0.0 else 0.0
         return replace(
             view,
             inflight=book.requests,
@@ -313,5 +341,6 @@ class InflightBook:
             fresh_prompt_tokens=fresh,
             prefill_tokens_per_s=book.decayed_rate(now),
             decode_tokens_left=tokens_left,
+            decode_tokens_left_sd=tokens_left_sd,
             long_inflight_tokens=_long_inflight(book.needed, view.ready_replicas),
         )

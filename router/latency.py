@@ -61,6 +61,7 @@ count as an observation at the bound, clipped like any other.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -91,6 +92,9 @@ class Load:
     # What the replica's sequences measured lately (engine reports): ms between tokens, in a batch of this many.
     measured_tpot_ms: float = 0.0  # 0.0: no measurement
     measured_batch: float = 0.0
+    # How far the running sequences' remaining work spreads about ``decode_tokens_left`` (its standard deviation over
+    # the ingress's own decoding requests); None: unknown, taken as spread evenly from none left to twice the mean.
+    decode_tokens_left_sd: float | None = None
 
     @property
     def batch_when_running(self) -> float:
@@ -259,6 +263,8 @@ _MAX_PREFILL_SHARE = 0.95
 # The most the measured pace may stretch a TTFT's step-bound work (its prefill and the steps it waits through),
 # against a pace figure gone wild (a stall of seconds over a window of few tokens).
 MAX_SLOWDOWN = 10.0
+# The half-width of an even spread is sqrt(3) of its standard deviation (spread_floor).
+SQRT_3 = math.sqrt(3.0)
 
 
 def clamp_slowdown(ratio: float) -> float:
@@ -267,14 +273,40 @@ def clamp_slowdown(ratio: float) -> float:
     return 1.0 if ratio <= 1.0 else (ratio if ratio < MAX_SLOWDOWN else MAX_SLOWDOWN)
 
 
-def slot_wait_tokens(waiting_for_slot: float, running: float, tokens_left: float | None, mean_output: float) -> float:
+def spread_floor(tokens_left: float, tokens_left_sd: float | None) -> float:
+    """The least work a running sequence has left, taking the remaining work as spread evenly over ``tokens_left``
+    +- sqrt(3) of its standard deviation and never below none (0.0 when the spread is unknown: spread evenly from
+    none to twice the mean, as a steady stream of arrivals leaves it)."""
+    if tokens_left_sd is None:
+        return 0.0
+    floor = tokens_left - SQRT_3 * tokens_left_sd
+    return floor if floor > 0.0 else 0.0
+
+
+def slot_wait_tokens(
+    waiting_for_slot: float,
+    running: float,
+    tokens_left: float | None,
+    mean_output: float,
+    tokens_left_sd: float | None = None,
+) -> float:
     """Decode tokens (at the running batch's TPOT, over ``running`` sequences) until ``waiting_for_slot`` requests
     have finished: ``waiting_for_slot * mean_output`` when what the running ones have left is unknown (the steady
     rate), else their ``tokens_left`` for the first ``running`` completions and a whole answer for each later one.
-    Times ``TPOT / running`` it is the wait in ms."""
+    The k-th of the running ones finishes after ``low + 2 k (tokens_left - low) / (running + 1)`` tokens, their
+    remaining work spread evenly from ``low`` (:func:`spread_floor`) to ``2 tokens_left - low``: from none with the
+    spread unknown, and later when the batch started together (a step fills a variant's slots within a second or
+    two, and they all finish together, long after the first of an even spread would). Times ``TPOT / running`` it
+    is the wait in ms."""
     if tokens_left is None:
         return waiting_for_slot * mean_output
     first = waiting_for_slot if waiting_for_slot < running else running
+    low = spread_floor(tokens_left, tokens_left_sd) if first > 0.0 else 0.0
+    if low > 0.0:
+        return (
+            running * (low + 2.0 * first * (tokens_left - low) / (running + 1.0))
+            + (waiting_for_slot - first) * mean_output
+        )
     return first * 2.0 * tokens_left * running / (running + 1.0) + (waiting_for_slot - first) * mean_output
 
 
@@ -511,7 +543,9 @@ class LatencyModel:
                 measured = measured_tpot_ms * tpot_running / at_measured / lift
                 tpot_running = measured if measured > tpot_running else tpot_running
             tokens_left = None if load.decode_tokens_left is None else max(load.decode_tokens_left, 1.0)
-            tokens = slot_wait_tokens(load.waiting_for_slot, running, tokens_left, mean_output_tokens)
+            tokens = slot_wait_tokens(
+                load.waiting_for_slot, running, tokens_left, mean_output_tokens, load.decode_tokens_left_sd
+            )
             slot_wait = tokens * tpot_running / running
         prefill = (prompt_tokens + load.queued_prompt_tokens) * ms_per_token
         return base + slow * (prefill + steps * (batch_ms + context_ms)) + slot_wait + load.startup_ms, tpot
@@ -530,7 +564,13 @@ class LatencyModel:
         # A slot frees when a running sequence finishes: its remaining decode work, where the ingress knows
         # it (its own requests' max_tokens less their progress), else the learned mean answer length.
         tokens_left = None if load.decode_tokens_left is None else max(load.decode_tokens_left, 1.0)
-        slot_wait = slot_wait_tokens(load.waiting_for_slot, running, tokens_left, mean_output_tokens) * tpot / running
+        slot_wait = (
+            slot_wait_tokens(
+                load.waiting_for_slot, running, tokens_left, mean_output_tokens, load.decode_tokens_left_sd
+            )
+            * tpot
+            / running
+        )
         prefill = (prompt_tokens + load.queued_prompt_tokens) * ms_per_token
         step = self._batch_step_ms(load.batch_when_running, load.context_tokens + prompt_tokens)
         return base + self.slowdown(load, prompt_tokens) * (prefill + steps * step) + slot_wait + load.startup_ms

@@ -84,7 +84,7 @@ def replica_load(view: VariantView, config: RouterConfig) -> Load:
     own_decoding = view.inflight_prompt_tokens - view.unstarted_prompt_tokens
     context = view.context_tokens if view.context_tokens > own_decoding else own_decoding
     pace = ready and config.pace_floor
-    # Positional, in Load's field order: passing eleven keywords cost a quarter of this function (every
+    # Positional, in Load's field order: passing twelve keywords cost a quarter of this function (every
     # field is checked against the keyword form in tests/router/test_route_equivalence.py).
     return Load(
         running / replicas,  # running
@@ -98,6 +98,7 @@ def replica_load(view: VariantView, config: RouterConfig) -> Load:
         view.decode_tokens_left,
         view.recent_tpot_ms if pace else 0.0,  # measured_tpot_ms
         view.recent_decode_batch / replicas if pace else 0.0,  # measured_batch
+        view.decode_tokens_left_sd,
     )
 
 

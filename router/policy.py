@@ -59,7 +59,7 @@ from collections.abc import Mapping, Sequence
 
 from router.baselines import BASELINES
 from router.config import RouterConfig
-from router.latency import _MAX_PREFILL_SHARE, LatencyModel, Load, clamp_slowdown, margin_class
+from router.latency import _MAX_PREFILL_SHARE, SQRT_3, LatencyModel, Load, clamp_slowdown, margin_class
 from router.load import queue_bound, replica_load, serving_replicas
 from router.reservation import (
     crowded_out,
@@ -262,10 +262,23 @@ class _Judge:
                 if tokens_left < 1.0:
                     tokens_left = 1.0
                 first = waiting_for_slot if waiting_for_slot < running else running
-                slot_tokens = (
-                    first * 2.0 * tokens_left * running / (running + 1.0)
-                    + (waiting_for_slot - first) * mean_output_tokens
-                )
+                # latency.spread_floor, inline: the least work a running one has left, with their spread known.
+                low = 0.0
+                spread = load.decode_tokens_left_sd
+                if spread is not None:
+                    low = tokens_left - SQRT_3 * spread
+                    if low < 0.0:
+                        low = 0.0
+                if low > 0.0:
+                    slot_tokens = (
+                        running * (low + 2.0 * first * (tokens_left - low) / (running + 1.0))
+                        + (waiting_for_slot - first) * mean_output_tokens
+                    )
+                else:
+                    slot_tokens = (
+                        first * 2.0 * tokens_left * running / (running + 1.0)
+                        + (waiting_for_slot - first) * mean_output_tokens
+                    )
             slot_wait = slot_tokens * tpot_running / running
         queued_prompt_tokens = load.queued_prompt_tokens
         ttft = (

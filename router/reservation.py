@@ -127,6 +127,7 @@ def _taking(view: VariantView, load: Load, request: RequestFeatures) -> Load:
         load.decode_tokens_left,
         load.measured_tpot_ms,
         load.measured_batch,
+        load.decode_tokens_left_sd,
     )
 
 

@@ -113,6 +113,7 @@ class VariantView:
     fresh_prompt_tokens: int = 0  # prompt tokens of own unstarted requests sent after the report was taken
     prefill_tokens_per_s: float = 0.0  # prompt tokens this ingress sent the variant per second, recently
     decode_tokens_left: float | None = None  # mean tokens own decoding requests have left (None: unknown)
+    decode_tokens_left_sd: float | None = None  # their standard deviation about that mean (None: unknown)
     # The engines' own pace (EngineStats.recent_tpot_ms / recent_decode_batch): the mean time between a running
     # sequence's tokens lately over the ready replicas (0.0: unknown), and the sequences decoding at once
     # meanwhile, summed over them. See router.load.decode_pace.

@@ -83,6 +83,7 @@ def view(rng: random.Random, index: int, latency: LatencyModel, quality: float) 
         fresh_prompt_tokens=rng.choice([0, rng.randint(0, 20_000)]),
         prefill_tokens_per_s=rng.choice([0.0, rng.uniform(0, 80_000)]),
         decode_tokens_left=rng.choice([None, rng.uniform(0, 500)]),
+        decode_tokens_left_sd=rng.choice([None, 0.0, rng.uniform(0, 300)]),
         recent_tpot_ms=rng.choice([0.0, rng.uniform(2, 200)]),
         recent_decode_batch=rng.choice([0.0, rng.uniform(0, 150)]),
         context_tokens=rng.choice([0, rng.randint(0, 300_000)]),

@@ -94,6 +94,7 @@ def replica_load(view: VariantView, config: RouterConfig) -> Load:
         startup_ms=0.0 if ready else config.replica_startup_ms,
         prefill_tokens_per_s=view.prefill_tokens_per_s / replicas,
         decode_tokens_left=view.decode_tokens_left,
+        decode_tokens_left_sd=view.decode_tokens_left_sd,
         context_tokens=float(context if context > 0 else 0) / replicas,
         measured_tpot_ms=view.recent_tpot_ms if pace else 0.0,
         measured_batch=view.recent_decode_batch / replicas if pace else 0.0,
@@ -454,6 +455,7 @@ def _taking(view: VariantView, load: Load, request: RequestFeatures) -> Load:
         startup_ms=load.startup_ms,
         prefill_tokens_per_s=load.prefill_tokens_per_s,
         decode_tokens_left=load.decode_tokens_left,
+        decode_tokens_left_sd=load.decode_tokens_left_sd,
         measured_tpot_ms=load.measured_tpot_ms,
         measured_batch=load.measured_batch,
     )

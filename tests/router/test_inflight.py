@@ -84,6 +84,31 @@ def test_decode_work_left_falls_as_requests_progress():
     assert b.annotate(big(), now=5.0, report_at=None).decode_tokens_left == pytest.approx(1.0)  # floored
 
 
+def test_the_spread_of_decode_work_left_is_known_from_the_first_tokens():
+    """Requests that started decoding together have the same work left (spread 0); started apart, they spread by
+    their progress, and the spread is their remaining work's standard deviation (results/spike/levers_s17)."""
+    b = book()
+    together = [b.open("big", 10, prediction(tpot_ms=10.0), now=0.0, max_tokens=101) for _ in range(3)]
+    for t in together:
+        b.first_token(t, now=0.1)
+    view = b.annotate(big(), now=0.3, report_at=None)
+    assert view.decode_tokens_left == pytest.approx(80.0)
+    assert view.decode_tokens_left_sd == pytest.approx(0.0, abs=1e-3)  # float rounding, square-rooted
+    late = b.open("big", 10, prediction(tpot_ms=10.0), now=0.5, max_tokens=101)
+    b.first_token(late, now=0.6)
+    # Left at 0.7 s: 40, 40, 40 and 90 tokens.
+    view = b.annotate(big(), now=0.7, report_at=None)
+    assert view.decode_tokens_left == pytest.approx(52.5)
+    assert view.decode_tokens_left_sd == pytest.approx((3 * 12.5**2 + 37.5**2) ** 0.5 / 2)
+    for t in together:
+        b.close(t, 100, now=1.1, ok=True)
+    view = b.annotate(big(), now=1.1, report_at=None)
+    assert view.decode_tokens_left == pytest.approx(50.0)
+    assert view.decode_tokens_left_sd == pytest.approx(0.0, abs=1e-3)  # float rounding, square-rooted
+    b.close(late, 100, now=1.6, ok=True)
+    assert b.annotate(big(), now=1.6, report_at=None).decode_tokens_left_sd is None  # nothing decoding
+
+
 def test_ttft_is_learned_at_the_first_token():
     b = book()
     model = b.models["big"]

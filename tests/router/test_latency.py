@@ -360,6 +360,31 @@ def test_slot_wait_uses_the_known_decode_work_left_of_running_requests():
     assert model.predict_ttft_ms(100, nearly_done) == pytest.approx(150.0 + 2 * 10 / 17 * 70.0 + 1.5 * 30.0)
 
 
+def test_a_batch_that_started_together_frees_its_first_slot_when_it_all_finishes():
+    """The 10x step (issue #25): the spill-over filled the 70B's eight slots within a second or two, so they all
+    finish together, while the even spread of remaining work (from none to twice the mean) put the first slot free
+    after 2 x left / 9 of it: the router predicted 1.0 s for requests that waited 3.6 s, and admitted them late
+    (results/spike/levers_s17). With the running ones' spread known, the first completion comes at their least work
+    left: all of it when they have the same left, and as before when they are spread evenly from none."""
+    model = LatencyModel(PROFILE)  # mean_output_tokens 100
+    running = {"running": 8, "queued": 1, "waiting_for_slot": 1, "decode_tokens_left": 90.0}
+    unknown = model.predict_ttft_ms(100, load(**running))
+    together = model.predict_ttft_ms(100, load(**running, decode_tokens_left_sd=0.0))
+    even = model.predict_ttft_ms(100, load(**running, decode_tokens_left_sd=90.0 / 3**0.5))
+    tpot_running = model.predict_tpot_ms(8)
+    # The first of eight with 90 tokens left each finishes after 90 of them, not after 2 x 90 / 9 = 20.
+    assert together - unknown == pytest.approx((90.0 - 2 * 90.0 / 9) * tpot_running)
+    assert even == pytest.approx(unknown)
+    # Half the spread: the first after 90 - sqrt(3) x 26 = 45 tokens, the k-th after 45 + 2 k 45 / 9.
+    half = model.predict_ttft_ms(100, load(**running, decode_tokens_left_sd=45.0 / 3**0.5))
+    assert half - unknown == pytest.approx((45.0 + 2 * 45.0 / 9 - 2 * 90.0 / 9) * tpot_running)
+    # No slot to wait for: no wait, whatever the spread.
+    idle = {"running": 8, "decode_tokens_left": 90.0}
+    assert model.predict_ttft_ms(100, load(**idle, decode_tokens_left_sd=0.0)) == model.predict_ttft_ms(
+        100, load(**idle)
+    )
+
+
 def test_a_deep_queue_waits_a_whole_answer_per_request_beyond_the_running_ones():
     """Only the first ``running`` completions come from the running sequences' remaining work: each request queued
     ahead beyond them decodes its whole answer first (the queue of a spike, where the router must not accept
@@ -392,6 +417,7 @@ def test_the_one_pass_prediction_is_the_two_predictions_it_stands_for(context_co
             startup_ms=rng.choice([0.0, 60_000.0]),
             prefill_tokens_per_s=rng.choice([0.0, rng.uniform(0, 200_000)]),
             decode_tokens_left=rng.choice([None, rng.uniform(0, 500)]),
+            decode_tokens_left_sd=rng.choice([None, 0.0, rng.uniform(0, 300)]),
             measured_tpot_ms=rng.choice([0.0, rng.uniform(1, 100)]),
             measured_batch=rng.choice([0.0, rng.uniform(0.5, 100)]),
         )
