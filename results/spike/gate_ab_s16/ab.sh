@@ -4,7 +4,7 @@
 #   git worktree add /tmp/wt-gate-a b1b135c~1; git worktree add /tmp/wt-gate-b b1b135c
 #   bash results/spike/gate_ab_s16/ab.sh /tmp/wt-gate-a /tmp/wt-gate-b
 set -u
-a=$1 b=$2 here=$(cd "$(dirname "$0")" && pwd)
+a=$1 b=$2 here=${3:-$(cd "$(dirname "$0")" && pwd)}  # 3rd argument: where the results go (default: here)
 for run in before-1 after-1 before-2 after-2; do
   tree=$a; [[ $run == after-* ]] && tree=$b
   (cd "$tree" && PYTHONPATH=$tree HF_HUB_OFFLINE=1 flock /tmp/variant-bench.lock python -m bench spike --shape step \

@@ -4,7 +4,7 @@
 #   git worktree add /tmp/wt-s16-before 7f29ef3; git worktree add /tmp/wt-s16-after HEAD
 #   bash results/streaming/session16/cpu-ab/ab.sh /tmp/wt-s16-before /tmp/wt-s16-after
 set -u
-before=$1 after=$2 here=$(cd "$(dirname "$0")" && pwd)
+before=$1 after=$2 here=${3:-$(cd "$(dirname "$0")" && pwd)}  # 3rd argument: where the results go (default: here)
 for run in before-1 after-1 before-2 after-2; do
   tree=$before; [[ $run == after* ]] && tree=$after
   (cd "$tree" && PYTHONPATH=$tree HF_HUB_OFFLINE=1 flock /tmp/variant-bench.lock python -m bench overhead \
