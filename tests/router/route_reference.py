@@ -198,7 +198,8 @@ def _route_slo(
     sure = [v for v in admissible if predictions[v.name].meets_slo]
     # Those whose *mean* prediction meets the SLO: the best chance of a request no variant is sure to meet
     # (see _expected_ratio), and where a request may go when the sure ones are reserved for others.
-    likely = [v for v in admissible if _expected_ratio(request, predictions[v.name]) <= 1.0]
+    likely_bar = 1.0 - config.slo_headroom if config.on_violation == "reject" else 1.0
+    likely = [v for v in admissible if _expected_ratio(request, predictions[v.name]) <= likely_bar]
     meeting = sure or likely
     if len(candidates) == 1 or len(sure) == 1:
         # Only this variant can take the request (by context, or by SLO now): it reserves room there.

@@ -158,6 +158,20 @@ def test_when_no_variant_is_sure_to_meet_the_slo_one_likely_to_takes_the_request
     assert decision.reason == Reason.SLO_LIKELY
 
 
+def test_under_reject_a_likely_variant_must_clear_the_headroom_on_its_mean():
+    # big: 280 ms expected against a 300 ms target: likely (under 300), not within 300 less the 10% headroom (270).
+    variants = [small(**saturated(queued=30)), big(queued_requests=1, queued_prompt_tokens=130)]
+
+    rejected = decide(request(), variants, on_violation="reject")
+    assert rejected.rejected and rejected.reason == Reason.REJECTED_SLO
+
+    # big: 50 + 100 + 80 queued = 230 ms expected: within the headroom on the mean, not sure on the conservative one.
+    variants = [small(**saturated(queued=30)), with_error_margins(big(queued_prompt_tokens=80), ttft=1.0)]
+    taken = decide(request(), variants, on_violation="reject")
+    assert not taken.predictions["big"].meets_slo
+    assert (taken.variant, taken.reason) == ("big", Reason.SLO_LIKELY)
+
+
 def test_when_no_variant_is_sure_the_one_with_the_most_room_wins_over_quality():
     # small: 10 + (100 + 1000 queued) x 0.1 = 120 ms expected, but its outcomes ran 100% over (conservative
     # 300 ms); big: 50 + 100 + 130 = 280 ms, over 300 less the 10% headroom. Both likely; small by far more.
