@@ -146,7 +146,8 @@ class RouterConfig(StrictModel):
         ge=0,
         lt=1,
         description="Fraction of each target kept as margin for prediction error: a variant meets an SLO "
-        "only when its predictions are within (1 - slo_headroom) x the targets.",
+        "only when its predictions are within (1 - slo_headroom) x the targets. Under on_violation 'reject' a "
+        "variant merely likely to meet one (its mean prediction, where none is sure) must clear it too.",
     )
     ttft_path_ms: float = Field(
         0.0,

@@ -40,7 +40,9 @@ How ``slo`` judges, and why:
   (conservative) violation, or get rejected with ``on_violation: reject``. A request the queues make
   hopeless everywhere is shed with a 429 rather than degraded (``shed_ttft_ratio``, ``router.shedding``).
 * **Sure, then likely.** When no variant is sure to meet the SLO, those whose *mean* prediction meets it
-  are chosen from by the most room (``slo_likely``): the chance of meeting comes before quality.
+  are chosen from by the most room (``slo_likely``): the chance of meeting comes before quality. Under
+  ``on_violation: reject`` the mean must clear ``slo_headroom`` too: a request refused is better than a bet
+  that loses and holds a slot meanwhile.
 * **Room for those with nowhere else to go** (``router.reservation``). A variant recently the only one sure
   to meet some kind of request (or, when none is sure, the one suiting it best idle) keeps room for that kind:
   a request that meets its SLO elsewhere goes there instead, and so does one sure to be met elsewhere while the
