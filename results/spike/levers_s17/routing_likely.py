@@ -1,6 +1,6 @@
 """Session 17: what ``likely_headroom`` (levers.py) does to the routing bench's simulated sweeps, tree against it.
 
-    flock /tmp/variant-bench.lock python results/spike/levers_s17/routing_likely.py two_variant tiers
+flock /tmp/variant-bench.lock python results/spike/levers_s17/routing_likely.py two_variant tiers
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import router.policy as rp
 from sim.__main__ import main as sim_main
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from levers import CANDIDATES  # noqa: E402
+from levers import CANDIDATES
 
 for scenario in sys.argv[1:] or ["two_variant", "tiers"]:
     for name in ("tree", "likely_headroom"):
