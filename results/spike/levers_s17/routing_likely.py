@@ -1,6 +1,9 @@
 """Session 17: what ``likely_headroom`` (levers.py) does to the routing bench's simulated sweeps, tree against it.
 
 flock /tmp/variant-bench.lock python results/spike/levers_s17/routing_likely.py two_variant tiers
+
+Run on the tree before 6b127e8 (which made likely_headroom the rule under 'reject'); the sweeps degrade, so
+either way both rows come out the same.
 """
 
 from __future__ import annotations
