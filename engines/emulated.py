@@ -31,8 +31,9 @@ import math
 import random
 import time
 from collections import deque
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Iterable
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -298,12 +299,14 @@ class EmulatedEngine(Engine):
         """When the running iteration ends (monotonic), the next chance to send a stream's message; None when idle."""
         return self._iteration_end if self._busy else None
 
-    def _wake_due(self, seq: _Sequence, now: float) -> None:
-        """Wakes a decoding stream if its message is due: its last token, its interval over, or over before the
-        next iteration ends (the first token wakes it at once, in ``_end_iteration``). Called once the next
-        iteration is planned."""
-        if seq.cadence.due(now, finished=seq.finished, next_at=self._next_end()):
-            self._wake(seq)
+    def _wake_due(self, decoding: Iterable[_Sequence], now: float) -> None:
+        """Wakes the decoding streams whose message is due: their interval over, or over before the next iteration
+        ends (a first or last token wakes its stream at once, in ``_end_iteration``). Called once the next
+        iteration is planned; one pass, the next iteration's end read once."""
+        next_at = self._next_end()
+        for seq in decoding:
+            if seq.cadence.due(now, next_at=next_at):
+                self._wake(seq)
 
     # ---------------------------------------------------------------- the iteration loop
 
@@ -374,9 +377,7 @@ class EmulatedEngine(Engine):
         else:
             self._count_late_restart(late)
             self._plan(planned_end + late)
-        for seq in still[:decoded]:  # not the first tokens appended since: they were woken at once
-            if not seq.aborted:
-                self._wake_due(seq, now)
+        self._wake_due(islice(still, decoded), now)  # not the first tokens appended since: woken at once
         self.scheduler_cpu_s += time.thread_time() - cpu_started
 
     def _count_late_restart(self, late_s: float) -> None:

@@ -302,12 +302,11 @@ def slot_wait_tokens(
         return waiting_for_slot * mean_output
     first = waiting_for_slot if waiting_for_slot < running else running
     low = spread_floor(tokens_left, tokens_left_sd) if first > 0.0 else 0.0
-    if low > 0.0:
-        return (
-            running * (low + 2.0 * first * (tokens_left - low) / (running + 1.0))
-            + (waiting_for_slot - first) * mean_output
-        )
-    return first * 2.0 * tokens_left * running / (running + 1.0) + (waiting_for_slot - first) * mean_output
+    return (
+        first * 2.0 * (tokens_left - low) * running / (running + 1.0)
+        + running * low  # 0.0 with the spread unknown or wide: the even spread from none
+        + (waiting_for_slot - first) * mean_output
+    )
 
 
 def _dot(a: Sequence[float], b: Sequence[float]) -> float:

@@ -276,16 +276,11 @@ class _Judge:
                     low = tokens_left - SQRT_3 * spread
                     if low < 0.0:
                         low = 0.0
-                if low > 0.0:
-                    slot_tokens = (
-                        running * (low + 2.0 * first * (tokens_left - low) / (running + 1.0))
-                        + (waiting_for_slot - first) * mean_output_tokens
-                    )
-                else:
-                    slot_tokens = (
-                        first * 2.0 * tokens_left * running / (running + 1.0)
-                        + (waiting_for_slot - first) * mean_output_tokens
-                    )
+                slot_tokens = (
+                    first * 2.0 * (tokens_left - low) * running / (running + 1.0)
+                    + running * low  # 0.0 with the spread unknown or wide: the even spread from none
+                    + (waiting_for_slot - first) * mean_output_tokens
+                )
             slot_wait = slot_tokens * tpot_running / running
         queued_prompt_tokens = load.queued_prompt_tokens
         ttft = (
