@@ -14,11 +14,15 @@ from __future__ import annotations
 
 import heapq
 import sys
+from pathlib import Path
 
 from bench.spike_fleet import DURATIONS_S, FLEET, SHAPES
 from bench.spike_report import mode_report
 from sim.replica_starts import ProcessStarts
 from sim.spike import simulate_spike
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from levers import pop_queue
 
 SLO_S = FLEET.slo_ttft_ms / 1000.0
 START_S, END_S = 15.0, 75.0
@@ -79,11 +83,7 @@ def oracle(arrivals: list[float], samples: list, sooner_s: float, foresight: boo
 
 def main(argv: list[str]) -> None:
     args = list(argv)
-    queue = (24, 0.0, 2.7)
-    if "--queue" in args:
-        i = args.index("--queue")
-        queue = (24, 0.0, float(args[i + 1]))
-        del args[i : i + 2]
+    queue = pop_queue(args)
     seeds = [int(a) for a in args] or [0]
     print(
         f"start queue {queue}; service 8B {service_s(FLEET.variants[0].name):.2f} s, "

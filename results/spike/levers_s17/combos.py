@@ -34,9 +34,7 @@ for q in (2.7, 0.8):
     for name, (route_slo, load) in ROWS.items():
         rp._route_slo, rp.replica_load = route_slo, load  # type: ignore[assignment]
         for shape in shapes:
-            rows = [levers.run(shape, seed, (24, 0.0, q)) for seed in levers.SEEDS]
-            att = [a for a, _ in rows]
-            rat = [r for _, r in rows]
+            att, rat = levers.sweep(shape, (24, 0.0, q))
             print(
                 f"| {name} | {q} | {shape} | {statistics.mean(att):.1%} ({min(att):.1%}) | "
                 f"{statistics.mean(rat):.3f} ({max(rat):.3f}) | {att[0]:.1%} / {rat[0]:.3f} |",

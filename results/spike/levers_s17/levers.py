@@ -63,13 +63,25 @@ def run(shape: str, seed: int, queue: tuple[int, float, float]) -> tuple[float, 
     return r.during.slo_attainment or 0.0, r.replica_ratio
 
 
+def sweep(shape: str, queue: tuple[int, float, float]) -> tuple[list[float], list[float]]:
+    """Attainment during the peak and replica ratio of ``shape`` on every seed."""
+    rows = [run(shape, seed, queue) for seed in SEEDS]
+    return [a for a, _ in rows], [r for _, r in rows]
+
+
+def pop_queue(args: list[str]) -> tuple[int, float, float]:
+    """The start queue ``--queue S`` names (removed from ``args``), else the session 16 harness's 2.7 s."""
+    if "--queue" not in args:
+        return (24, 0.0, 2.7)
+    i = args.index("--queue")
+    queue = (24, 0.0, float(args[i + 1]))
+    del args[i : i + 2]
+    return queue
+
+
 def main(argv: Sequence[str]) -> None:
     args = list(argv)
-    queue = (24, 0.0, 2.7)
-    if "--queue" in args:
-        i = args.index("--queue")
-        queue = (24, 0.0, float(args[i + 1]))
-        del args[i : i + 2]
+    queue = pop_queue(args)
     shapes = [s for s in SHAPE_NAMES if s in args] or list(SHAPE_NAMES)
     names = [n for n in args if n in CANDIDATES] or list(CANDIDATES)
     print(f"start queue {queue}, seeds {SEEDS[0]}-{SEEDS[-1]}\n")
@@ -80,9 +92,7 @@ def main(argv: Sequence[str]) -> None:
         try:
             for shape in shapes:
                 t0 = time.time()
-                rows = [run(shape, seed, queue) for seed in SEEDS]
-                att = [a for a, _ in rows]
-                rat = [r for _, r in rows]
+                att, rat = sweep(shape, queue)
                 print(
                     f"| {name} | {shape} | {statistics.mean(att):.1%} ({min(att):.1%}) | {statistics.mean(rat):.3f} "
                     f"({max(rat):.3f}) | {att[0]:.1%} / {rat[0]:.3f} |  <!-- {time.time() - t0:.0f} s -->",

@@ -61,11 +61,10 @@ if __name__ == "__main__" and "--spread" not in sys.argv:
     for name, patch in (("tree", _original_load), ("true slot wait", oracle_load)):
         rp.replica_load = patch
         for shape in ("step", "diurnal"):
-            rows = [levers.run(shape, seed, (24, 0.0, 2.7)) for seed in levers.SEEDS]
-            att = [a for a, _ in rows]
+            att, rat = levers.sweep(shape, (24, 0.0, 2.7))
             print(
                 f"| {name} | {shape} | {statistics.mean(att):.1%} ({min(att):.1%}) | "
-                f"{statistics.mean(r for _, r in rows):.3f} | {att[0]:.1%} |",
+                f"{statistics.mean(rat):.3f} | {att[0]:.1%} |",
                 flush=True,
             )
     rp.replica_load = _original_load
@@ -94,11 +93,10 @@ if __name__ == "__main__" and "--spread" in sys.argv:
     simulator.Simulation.__init__ = _init_hook  # type: ignore[method-assign]
     rp.replica_load = spread_load
     for shape in ("step", "diurnal", "ramp", "bursts", "trace"):
-        rows = [levers.run(shape, seed, (24, 0.0, 2.7)) for seed in levers.SEEDS]
-        att = [a for a, _ in rows]
+        att, rat = levers.sweep(shape, (24, 0.0, 2.7))
         print(
             f"| spread | {shape} | {statistics.mean(att):.1%} ({min(att):.1%}) | "
-            f"{statistics.mean(r for _, r in rows):.3f} | {att[0]:.1%} |",
+            f"{statistics.mean(rat):.3f} | {att[0]:.1%} |",
             flush=True,
         )
     rp.replica_load = _original_load
