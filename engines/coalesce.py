@@ -64,9 +64,14 @@ class Cadence:
         next step ends), None where unknown (the message then leaves at the first chance at or after ``send_at``)."""
         return finished or now >= self.send_at or (next_at is not None and next_at > self.send_at)
 
-    def sent(self, now: float) -> None:
-        """A message left at ``now``."""
-        self.send_at = next_due(self.send_at, now, self.interval_s)
+    def sent(self, now: float, *, readable: bool = True) -> None:
+        """A message left at ``now``. One a client could not read (:attr:`Delta.readable`: its tokens only part
+        of a character) starts no interval: the text it holds back leaves with the next token, not an interval
+        later. Else a stream whose first token is half a character would show its first text an interval late."""
+        if readable:
+            self.send_at = next_due(self.send_at, now, self.interval_s)
+        else:
+            self.send_at = min(self.send_at, now)
 
 
 def merge_deltas(deltas: list[Delta]) -> Delta:
@@ -117,9 +122,10 @@ async def coalesce(source: AsyncIterator[Delta], interval_s: float) -> AsyncGene
                 timeout = max(0.0, cadence.send_at - loop.time())
                 done, _ = await asyncio.wait((pending,), timeout=timeout)
                 if not done:  # interval over: send what we have, keep waiting for the engine
-                    yield merge_deltas(buffer)
+                    merged = merge_deltas(buffer)
                     buffer = []
-                    cadence.sent(loop.time())
+                    yield merged
+                    cadence.sent(loop.time(), readable=merged.readable)
                     continue
                 pull, pending = pending, None
             try:
@@ -148,9 +154,10 @@ async def coalesce(source: AsyncIterator[Delta], interval_s: float) -> AsyncGene
             if cadence.due(now, finished=delta.finished):
                 # The first token goes out at once, the final delta needs no more waiting, and a delta that
                 # comes after the interval is over has waited long enough.
-                yield merge_deltas(buffer)
+                merged = merge_deltas(buffer)
                 buffer = []
-                cadence.sent(now)
+                yield merged
+                cadence.sent(now, readable=merged.readable)
                 if delta.finished:
                     return
     finally:

@@ -270,7 +270,8 @@ class EmulatedEngine(Engine):
                     length_reached=seq.generated >= s.max_tokens,
                     first_token_time=seq.first_token_time,
                 )
-                seq.cadence.sent(time.monotonic())  # the next one an interval after this one was due
+                # the next one an interval after this one was due (at once if this one showed no text)
+                seq.cadence.sent(time.monotonic(), readable=delta.readable)
                 yield delta
                 if delta.finished:
                     return

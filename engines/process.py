@@ -235,7 +235,7 @@ class ProcessEngine(Engine):
                 if deltas:
                     delta = merge_deltas(deltas)
                     ended = delta.finished
-                    inbox.cadence.sent(time.monotonic())
+                    inbox.cadence.sent(time.monotonic(), readable=delta.readable)
                     yield delta
                     if ended:
                         return

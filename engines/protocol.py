@@ -171,6 +171,13 @@ class Delta:
     def finished(self) -> bool:
         return self.finish_reason is not None
 
+    @property
+    def readable(self) -> bool:
+        """Whether an SSE client sees this delta: it has text, logprobs or a finish. Tokens that are only part of
+        a character (a multi-byte one split across tokens) or text held back as a stop string's possible start
+        add ids and no text: the OpenAI API has nothing to show for them until the text completes."""
+        return bool(self.text or self.finish_reason or self.logprobs)
+
 
 @dataclass(slots=True)
 class EngineStats:

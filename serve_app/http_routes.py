@@ -222,10 +222,10 @@ class HttpRoutes:
             try:
                 if echo:
                     yield shape.sse_chunk(echo, None)
-                if first.text or first.finish_reason or first.logprobs:
+                if first.readable:
                     yield shape.sse_chunk(first.text, openai_finish_reason(first.finish_reason), first.logprobs)
                 async for delta in run:
-                    if delta.text or delta.finish_reason or delta.logprobs:
+                    if delta.readable:
                         yield shape.sse_chunk(delta.text, openai_finish_reason(delta.finish_reason), delta.logprobs)
                 last = flight.last or first
                 if include_usage:
@@ -293,7 +293,7 @@ class HttpRoutes:
                     continue
                 if isinstance(item, RequestFailed):
                     raise item
-                if item.text or item.finish_reason or item.logprobs:
+                if item.readable:
                     yield shape.sse_chunk(item.text, openai_finish_reason(item.finish_reason), item.logprobs, index)
             if include_usage:
                 lasts = [f.last or d for f, d in zip(flights, firsts, strict=True)]

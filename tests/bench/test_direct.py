@@ -1,11 +1,14 @@
 import pytest
 
-from bench.direct import run_direct
+from bench.client import MonotonicClock
+from bench.direct import measure_request, run_direct
 from bench.prompt_pairs import prompt_pairs, request_specs
-from engines.config import HFEngineConfig
+from engines.config import EmulatedEngineConfig, HFEngineConfig
+from engines.emulated import EmulatedEngine
 from engines.hf import HFEngine
 from engines.protocol import SamplingParams
 from traffic.summary import summarize
+from traffic.workload import RequestSpec, Slo
 
 
 @pytest.fixture(scope="module")
@@ -38,3 +41,33 @@ async def test_an_engine_refusal_becomes_a_failed_record(engine):
     assert not record.ok
     assert record.error_type == "ContextTooLongError"
     assert record.output_tokens == 0
+
+
+async def test_a_chunk_is_timed_when_text_arrives_as_an_sse_client_times_it():
+    # The engine alone is held to what a client can see: seed 36's first token is half a character (no text),
+    # so its first chunk is the next token's, as the HTTP paths' SSE reader (bench/client.py) counts it.
+    config = EmulatedEngineConfig(
+        preset="cpu-builtin-tiny",
+        profile={"step_ms_at_batch_1": 1.0},
+        startup_time_scale=0.0,
+        coalesce={"interval_ms": 0},
+    )
+    emulated = EmulatedEngine(config)
+    await emulated.start()
+    try:
+        ids = emulated.tokenizer.encode("The lighthouse keeper", add_special_tokens=False)
+        spec = RequestSpec(index=0, send_at=None, prompt=ids, prompt_tokens=len(ids), max_tokens=3, slo=Slo())
+        clock = MonotonicClock()
+        record = await measure_request(
+            emulated,
+            spec,
+            SamplingParams(max_tokens=3, seed=36, ignore_eos=True),
+            request_id="r",
+            clock=clock,
+            run_start=clock.now(),
+            wall_start=0.0,
+        )
+    finally:
+        await emulated.shutdown()
+    assert record.output_tokens == 3
+    assert record.chunks == 2 and len(record.itl_s) == 1  # three deltas: '', '凉快', '。'

@@ -8,7 +8,7 @@ import pytest
 
 from engines.coalesce import Cadence, coalesce, interval_s, merge_deltas, next_due
 from engines.config import CoalesceConfig, HFEngineConfig
-from engines.protocol import Delta
+from engines.protocol import Delta, TokenLogprob
 
 
 def _delta(i: int, finish: str | None = None) -> Delta:
@@ -120,7 +120,6 @@ async def test_zero_interval_passes_every_delta_through():
 
 def test_merged_deltas_keep_every_tokens_logprob_in_order():
     from engines.coalesce import merge_deltas
-    from engines.protocol import Delta, TokenLogprob
 
     a, b = TokenLogprob("a", -0.1), TokenLogprob("b", -0.2)
     merged = merge_deltas([Delta("a", [1], logprobs=[a]), Delta("", []), Delta("b", [2], logprobs=[b])])
@@ -163,3 +162,37 @@ def test_the_interval_is_the_configs_coalesce_interval_and_none_without_one():
     assert interval_s(HFEngineConfig(model="builtin:tiny", coalesce=CoalesceConfig(interval_ms=25))) == 0.025
     assert interval_s(HFEngineConfig(model="builtin:tiny", coalesce=CoalesceConfig(interval_ms=0))) == 0.0
     assert interval_s(object()) == 0.0
+
+
+def test_a_message_a_client_cannot_read_leaves_the_next_one_due_at_once():
+    cadence = Cadence(0.05)
+    cadence.sent(10.0, readable=False)  # the first token was half a character: no text yet
+    assert cadence.due(10.01)  # the token that completes it goes at once, not 50 ms later
+    cadence.sent(10.01)
+    assert not cadence.due(10.03)  # from the first text on, the cadence as usual
+    assert cadence.due(10.06)
+    cadence.sent(10.06)
+    cadence.sent(10.07, readable=False)  # early (a step before its due time), and unreadable
+    assert cadence.due(10.08)  # what it held back goes with the next token
+
+
+async def test_a_first_delta_without_text_does_not_hold_back_the_one_that_completes_it():
+    source = _Source()
+    out = coalesce(source, interval_s=3600)
+    await source.queue.put(Delta(text="", token_ids=[0], completion_tokens=1))  # half of a character
+    assert (await anext(out)).token_ids == [0]
+    await source.queue.put(Delta(text="é", token_ids=[1], completion_tokens=2))
+    second = await asyncio.wait_for(anext(out), timeout=30)  # not after the hour-long interval
+    assert second.text == "é"
+    await source.queue.put(_delta(2))
+    await source.queue.put(_delta(3, "length"))
+    third = await asyncio.wait_for(anext(out), timeout=30)  # the cadence runs from the text: these two wait
+    assert third.token_ids == [2, 3]
+    await out.aclose()
+
+
+def test_a_delta_is_readable_with_text_logprobs_or_a_finish_and_not_with_ids_alone():
+    assert not Delta(text="", token_ids=[7]).readable
+    assert Delta(text="a", token_ids=[7]).readable
+    assert Delta(text="", token_ids=[], finish_reason="stop").readable
+    assert Delta(text="", token_ids=[7], logprobs=[TokenLogprob("\\xe9", -0.1)]).readable

@@ -289,3 +289,14 @@ async def test_keeps_each_iteration_s_planned_duration_its_own_step():
         steps = list(engine.step_durations_s)
         assert len(steps) == engine.iterations >= 10
         assert sorted(steps)[len(steps) // 2] == pytest.approx(FAST["step_ms_at_batch_1"] / 1e3)
+
+
+async def test_a_first_token_that_is_half_a_character_does_not_hold_the_text_back_an_interval():
+    # Seed 36's first token is the first half of a CJK character (found by asking the engine with no interval).
+    # Its message shows a client nothing, so the token that completes the character leaves at the next step,
+    # not a whole interval later; from the first text on, the interval holds the rest back as usual.
+    async with running(coalesce={"interval_ms": 1000}, profile={**FAST, "step_ms_at_batch_1": 20.0}) as engine:
+        deltas = await collect(engine, request(engine, max_tokens=30, ignore_eos=True, seed=36))
+    assert deltas[0].text == "" and deltas[0].token_ids
+    assert deltas[1].text and len(deltas[1].token_ids) == 1  # the next step's token alone, with the text
+    assert len(deltas) == 3 and len(deltas[2].token_ids) == 28  # the rest: 28 steps of 20 ms, within the second
