@@ -272,30 +272,32 @@ def run(args: argparse.Namespace) -> int:
                     f"errors {point.real.summary.errors_by_status}",
                 )
 
-    order = {policy: i for i, policy in enumerate(args.policies)}
-    points.sort(key=lambda p: (order[p.real.policy], p.real.rate))
-    has_slo = any(p.real.policy == "slo" for p in points)
-    sweep = FleetSweep(
-        command=command,
-        date=datetime.now(UTC).isoformat(timespec="seconds"),
-        machine=machine_info(),
-        wall_s=time.monotonic() - started,
-        scenario=base.name,
-        fleet_scale=args.fleet_scale,
-        replicas=replicas,
-        duration_s=duration_s,
-        capacity=estimate,
-        points=points,
-        real_bar=bar(_points(points, "real")) if has_slo else None,
-        sim_bar=bar(_points(points, "sim")) if has_slo else None,
-    )
-    tiers = sorted({t for p in points for t in p.real.summary.by_tier})
-    out.mkdir(parents=True, exist_ok=True)
-    for path in (out / "sweep.json", args.json):
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(sweep.model_dump_json(indent=2) + "\n")
-    report = render(sweep, tiers)
-    (out / "report.md").write_text(report)
-    print(report)
+        # Written before Serve shuts down: its shutdown can take a minute, and a run cut short there (a device
+        # call's time limit) must not lose the sweep it already measured.
+        order = {policy: i for i, policy in enumerate(args.policies)}
+        points.sort(key=lambda p: (order[p.real.policy], p.real.rate))
+        has_slo = any(p.real.policy == "slo" for p in points)
+        sweep = FleetSweep(
+            command=command,
+            date=datetime.now(UTC).isoformat(timespec="seconds"),
+            machine=machine_info(),
+            wall_s=time.monotonic() - started,
+            scenario=base.name,
+            fleet_scale=args.fleet_scale,
+            replicas=replicas,
+            duration_s=duration_s,
+            capacity=estimate,
+            points=points,
+            real_bar=bar(_points(points, "real")) if has_slo else None,
+            sim_bar=bar(_points(points, "sim")) if has_slo else None,
+        )
+        tiers = sorted({t for p in points for t in p.real.summary.by_tier})
+        out.mkdir(parents=True, exist_ok=True)
+        for path in (out / "sweep.json", args.json):
+            if path is not None:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(sweep.model_dump_json(indent=2) + "\n")
+        report = render(sweep, tiers)
+        (out / "report.md").write_text(report)
+        print(report)
     return 0
