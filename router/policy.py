@@ -61,7 +61,14 @@ from collections.abc import Mapping, Sequence
 
 from router.baselines import BASELINES
 from router.config import RouterConfig
-from router.latency import _MAX_PREFILL_SHARE, SQRT_3, LatencyModel, Load, clamp_slowdown, margin_class
+from router.latency import (
+    _MAX_PREFILL_SHARE,
+    LatencyModel,
+    Load,
+    clamp_slowdown,
+    margin_class,
+    slot_wait_tokens,
+)
 from router.load import queue_bound, replica_load, serving_replicas
 from router.reservation import (
     crowded_out,
@@ -260,27 +267,15 @@ class _Judge:
                 measured = measured_tpot_ms * tpot_running / at_measured / lift
                 if measured > tpot_running:
                     tpot_running = measured
-            # latency.slot_wait_tokens, inline: the running ones' known remaining work for the first `running`
-            # completions, a whole answer for each later one.
+            # Not inlined like the rest of the judge: this branch runs only for a variant with no free slot.
             tokens_left = load.decode_tokens_left
-            if tokens_left is None:
-                slot_tokens = waiting_for_slot * mean_output_tokens
-            else:
-                if tokens_left < 1.0:
-                    tokens_left = 1.0
-                first = waiting_for_slot if waiting_for_slot < running else running
-                # latency.spread_floor, inline: the least work a running one has left, with their spread known.
-                low = 0.0
-                spread = load.decode_tokens_left_sd
-                if spread is not None:
-                    low = tokens_left - SQRT_3 * spread
-                    if low < 0.0:
-                        low = 0.0
-                slot_tokens = (
-                    first * 2.0 * (tokens_left - low) * running / (running + 1.0)
-                    + running * low  # 0.0 with the spread unknown or wide: the even spread from none
-                    + (waiting_for_slot - first) * mean_output_tokens
-                )
+            slot_tokens = slot_wait_tokens(
+                waiting_for_slot,
+                running,
+                None if tokens_left is None else (tokens_left if tokens_left > 1.0 else 1.0),
+                mean_output_tokens,
+                load.decode_tokens_left_sd,
+            )
             slot_wait = slot_tokens * tpot_running / running
         queued_prompt_tokens = load.queued_prompt_tokens
         ttft = (
