@@ -14,6 +14,7 @@ import collections
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ray.serve import metrics
@@ -79,54 +80,58 @@ def _keys(*names: str) -> Any:
 
 
 class IngressMetrics:
-    """What the ingress sees per request: outcome, route, latency, tokens, SLO."""
+    """What the ingress sees per request: outcome, route, latency, tokens, SLO. Every record is made off the event
+    loop (:class:`OffLoopRecorder`)."""
 
     def __init__(self) -> None:
-        self.requests = metrics.Counter(
-            "vs_requests_total", "HTTP requests by variant and HTTP status.", tag_keys=_keys("variant", "status")
+        self.recorder = OffLoopRecorder()
+
+        def counter(name: str, description: str, tag_keys: tuple[str, ...]) -> OffLoop:
+            return OffLoop(metrics.Counter(name, description, tag_keys=_keys(*tag_keys)), self.recorder)
+
+        def histogram(name: str, description: str, buckets: list[float], tag_keys: tuple[str, ...]) -> OffLoop:
+            return OffLoop(metrics.Histogram(name, description, buckets, tag_keys=_keys(*tag_keys)), self.recorder)
+
+        self.requests = counter(
+            "vs_requests_total", "HTTP requests by variant and HTTP status.", _keys("variant", "status")
         )
-        self.grpc_requests = metrics.Counter(
+        self.grpc_requests = counter(
             "vs_grpc_requests_total",
             "gRPC requests by variant and gRPC status code (its name: OK, INVALID_ARGUMENT, ...).",
-            tag_keys=_keys("variant", "code"),
+            _keys("variant", "code"),
         )
-        self.route_decisions = metrics.Counter(
-            "vs_route_decisions_total", "Routing decisions by variant and reason.", tag_keys=_keys("variant", "reason")
+        self.route_decisions = counter(
+            "vs_route_decisions_total", "Routing decisions by variant and reason.", _keys("variant", "reason")
         )
-        self.ttft = metrics.Histogram(
-            "vs_ttft_seconds", "Time to first token at the ingress.", TTFT_BUCKETS_S, tag_keys=("variant",)
+        self.ttft = histogram("vs_ttft_seconds", "Time to first token at the ingress.", TTFT_BUCKETS_S, ("variant",))
+        self.itl = histogram(
+            "vs_itl_seconds", "Inter-token latency (chunk gap / tokens in it).", ITL_BUCKETS_S, ("variant",)
         )
-        self.itl = metrics.Histogram(
-            "vs_itl_seconds", "Inter-token latency (chunk gap / tokens in it).", ITL_BUCKETS_S, tag_keys=("variant",)
+        self.e2e = histogram(
+            "vs_e2e_seconds", "Request latency, first byte in to last token out.", E2E_BUCKETS_S, ("variant",)
         )
-        self.e2e = metrics.Histogram(
-            "vs_e2e_seconds", "Request latency, first byte in to last token out.", E2E_BUCKETS_S, tag_keys=("variant",)
+        self.prompt_tokens = counter("vs_prompt_tokens_total", "Prompt tokens.", ("variant",))
+        self.completion_tokens = counter("vs_completion_tokens_total", "Generated tokens.", ("variant",))
+        self.slo = counter(
+            "vs_slo_total", "Finished requests by whether they met their SLO.", _keys("variant", "outcome")
         )
-        self.prompt_tokens = metrics.Counter("vs_prompt_tokens_total", "Prompt tokens.", tag_keys=("variant",))
-        self.completion_tokens = metrics.Counter(
-            "vs_completion_tokens_total", "Generated tokens.", tag_keys=("variant",)
+        self.cancelled = counter(
+            "vs_cancelled_total", "Streams the client abandoned (engine request aborted).", ("variant",)
         )
-        self.slo = metrics.Counter(
-            "vs_slo_total", "Finished requests by whether they met their SLO.", tag_keys=_keys("variant", "outcome")
-        )
-        self.cancelled = metrics.Counter(
-            "vs_cancelled_total", "Streams the client abandoned (engine request aborted).", tag_keys=("variant",)
-        )
-        self.retries = metrics.Counter(
+        self.retries = counter(
             "vs_retries_total",
             "Requests sent again because their engine replica stopped before the first token.",
-            tag_keys=("variant",),
+            ("variant",),
         )
         # What the router predicted when it chose the variant against what the request then measured, per
         # variant and measure ('ttft', 'tpot'): a median drifting from 1 is a latency model gone stale (an engine
         # upgraded, a neighbour on the GPU), visible before attainment drops.
-        self.prediction_ratio = metrics.Histogram(
+        self.prediction_ratio = histogram(
             "vs_route_prediction_ratio",
             "Measured / predicted latency of served requests (the router's mean prediction at its decision).",
             PREDICTION_RATIO_BUCKETS,
-            tag_keys=_keys("variant", "measure"),
+            _keys("variant", "measure"),
         )
-        self.itl_off_loop = OffLoopObserver(self.itl)  # once per streamed chunk: kept off the event loop
 
 
 class EngineMetrics:
@@ -152,37 +157,58 @@ class EngineMetrics:
         self.recent_tpot.set(stats.recent_tpot_ms, self._tags)
 
 
-class OffLoopObserver:
-    """Histogram observations made by a background thread instead of the caller.
+_Record = Callable[[float, "dict[str, str] | None"], None]  # a Ray metric's inc or observe
+
+
+class OffLoopRecorder:
+    """Ray metric records made by a background thread instead of the caller.
 
     Ray's metric record releases the GIL (Cython ``with nogil``); on a busy ingress the event loop then waits for
-    it to come back, many times its CPU cost, once per streamed chunk (docs/measurements.md has the figures).
-    The stream only appends (value, tags) here; a daemon thread observes them every ``period_s``. Same
-    observations, same tags (none of ours comes from the request context); at most ``max_pending`` wait, the
-    oldest dropped beyond that.
+    it to come back, many times its CPU cost (docs/measurements.md has the figures). A request made ~9 of them on
+    the loop, two before its first token went out (the route decision, the TTFT), and a streamed chunk one more.
+    Callers only append (record, value, tags) here; a daemon thread makes the records every ``period_s``, in order.
+    Same records, same tags (none of ours comes from the request context: Serve adds a route tag only to metrics
+    that declare one). At most ``max_pending`` wait, the oldest dropped beyond that.
     """
 
-    def __init__(self, histogram: Any, period_s: float = 0.25, max_pending: int = 1 << 16) -> None:
-        self._histogram = histogram
+    def __init__(self, period_s: float = 0.25, max_pending: int = 1 << 16) -> None:
         self._period_s = period_s
-        self._pending: collections.deque[tuple[float, dict[str, str]]] = collections.deque(maxlen=max_pending)
+        self._pending: collections.deque[tuple[_Record, float, dict[str, str] | None]] = collections.deque(
+            maxlen=max_pending
+        )
         self._thread: threading.Thread | None = None
 
-    def observe(self, value: float, tags: dict[str, str]) -> None:
-        self._pending.append((value, tags))  # atomic under the GIL; never blocks
+    def submit(self, record: _Record, value: float, tags: dict[str, str] | None) -> None:
+        self._pending.append((record, value, tags))  # atomic under the GIL; never blocks
         if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="vs-metrics-observer", daemon=True)
+            self._thread = threading.Thread(target=self._run, name="vs-metrics-recorder", daemon=True)
             self._thread.start()
 
     def _run(self) -> None:
-        pending, observe = self._pending, self._histogram.observe
+        pending = self._pending
         while True:
             time.sleep(self._period_s)
             while pending:
+                record, value, tags = pending.popleft()
                 try:
-                    observe(*pending.popleft())
-                except Exception:  # one bad observation must not stop the others for the replica's life
+                    record(value, tags)
+                except Exception:  # one bad record must not stop the others for the replica's life
                     logger.warning("could not record an ingress metric", exc_info=True)
+
+
+class OffLoop:
+    """A Ray counter or histogram whose ``inc`` / ``observe`` an :class:`OffLoopRecorder` makes."""
+
+    __slots__ = ("_metric", "_recorder")
+
+    def __init__(self, metric: Any, recorder: OffLoopRecorder) -> None:
+        self._metric, self._recorder = metric, recorder
+
+    def inc(self, value: float = 1.0, tags: dict[str, str] | None = None) -> None:
+        self._recorder.submit(self._metric.inc, value, tags)
+
+    def observe(self, value: float, tags: dict[str, str] | None = None) -> None:
+        self._recorder.submit(self._metric.observe, value, tags)
 
 
 class RequestRecorder:
@@ -214,7 +240,7 @@ class RequestRecorder:
             self.first_at = now
             self._m.ttft.observe(now - self._start, self._tags)
         elif new > 0:
-            self._m.itl_off_loop.observe((now - self._last_at) / new, self._tags)
+            self._m.itl.observe((now - self._last_at) / new, self._tags)
         self._last_at, self._last_tokens = now, completion_tokens
 
     def finish(

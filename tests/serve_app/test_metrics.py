@@ -8,7 +8,7 @@ import re
 import threading
 import time
 
-from serve_app.metrics import METRIC_NAMES, OffLoopObserver
+from serve_app.metrics import METRIC_NAMES, OffLoop, OffLoopRecorder
 from tests.conftest import REPO
 
 DASHBOARD = REPO / "docs" / "grafana-dashboard.json"
@@ -31,7 +31,8 @@ def test_every_exported_metric_is_on_the_dashboard():
 
 def test_metric_names_match_what_the_code_registers():
     source = (REPO / "serve_app" / "metrics.py").read_text()
-    registered = set(re.findall(r'metrics\.(?:Counter|Gauge|Histogram)\(\s*"(vs_[a-z0-9_]+)"', source))
+    constructors = r"(?:metrics\.(?:Counter|Gauge|Histogram)|counter|histogram)"  # the last two wrap the first
+    registered = set(re.findall(constructors + r'\(\s*"(vs_[a-z0-9_]+)"', source))
     assert registered == set(METRIC_NAMES)
 
 
@@ -52,35 +53,40 @@ def _wait_for(condition, timeout_s: float = 5.0) -> None:
         time.sleep(0.01)
 
 
-def test_off_loop_observer_observes_every_value_in_order_off_the_callers_thread():
-    histogram = _Histogram()
-    observer = OffLoopObserver(histogram, period_s=0.01)
+def test_off_loop_records_every_value_in_order_off_the_callers_thread():
+    histogram, counter = _Histogram(), _Counter()
+    recorder = OffLoopRecorder(period_s=0.01)
+    observed, counted = OffLoop(histogram, recorder), OffLoop(counter, recorder)
     tags = {"variant": "tiny"}
     for i in range(100):
-        observer.observe(i / 1000, tags)
+        observed.observe(i / 1000, tags)
+        counted.inc(i, tags)
 
-    _wait_for(lambda: len(histogram.calls) == 100)
+    _wait_for(lambda: len(histogram.calls) == 100 and len(counter.calls) == 100)
     assert [c[0] for c in histogram.calls] == [i / 1000 for i in range(100)]
-    assert all(c[1] is tags for c in histogram.calls)
-    assert {c[2] for c in histogram.calls} == {"vs-metrics-observer"}
+    assert [c[0] for c in counter.calls] == list(range(100))
+    assert all(c[1] is tags for c in histogram.calls + counter.calls)
+    assert {c[2] for c in histogram.calls + counter.calls} == {"vs-metrics-recorder"}
 
 
-def test_off_loop_observer_keeps_the_newest_when_too_many_wait():
+def test_off_loop_keeps_the_newest_when_too_many_wait():
     histogram = _Histogram()
-    observer = OffLoopObserver(histogram, period_s=0.5, max_pending=3)
+    observed = OffLoop(histogram, OffLoopRecorder(period_s=0.5, max_pending=3))
     for i in range(5):
-        observer.observe(float(i), {"variant": "tiny"})
+        observed.observe(float(i), {"variant": "tiny"})
 
     _wait_for(lambda: len(histogram.calls) == 3)
     assert [c[0] for c in histogram.calls] == [2.0, 3.0, 4.0]
 
 
 class _Counter:
+    """Records inc calls and the threads they came from, as Ray's counter would receive them."""
+
     def __init__(self) -> None:
-        self.calls: list[tuple[float, dict[str, str]]] = []
+        self.calls: list[tuple[float, dict[str, str], str]] = []
 
     def inc(self, value: float, tags: dict[str, str]) -> None:
-        self.calls.append((value, tags))
+        self.calls.append((value, tags, threading.current_thread().name))
 
 
 def _recorder_metrics() -> object:
@@ -95,7 +101,7 @@ def _recorder_metrics() -> object:
         slo=counter,
         ttft=_Histogram(),
         e2e=_Histogram(),
-        itl_off_loop=_Histogram(),
+        itl=_Histogram(),
         prediction_ratio=_Histogram(),
     )
 
@@ -165,5 +171,5 @@ def test_count_request_puts_each_protocol_in_its_own_counter():
     m = SimpleNamespace(requests=http, grpc_requests=grpc_counter)
     count_request(m, {"variant": "tiny"}, 429, OverloadedError("busy"), grpc=False)  # type: ignore[arg-type]
     count_request(m, {"variant": "tiny"}, 429, OverloadedError("busy"), grpc=True)  # type: ignore[arg-type]
-    assert http.calls == [(1, {"variant": "tiny", "status": "429"})]
-    assert grpc_counter.calls == [(1, {"variant": "tiny", "code": "RESOURCE_EXHAUSTED"})]
+    assert [c[:2] for c in http.calls] == [(1, {"variant": "tiny", "status": "429"})]
+    assert [c[:2] for c in grpc_counter.calls] == [(1, {"variant": "tiny", "code": "RESOURCE_EXHAUSTED"})]
