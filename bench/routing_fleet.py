@@ -251,7 +251,10 @@ def run(args: argparse.Namespace) -> int:
             scenario = fleet_scenario(make, duration_s, fraction * estimate.rate_scale, args.fleet_scale)
             # The simulator beside it routes with the same config as the real ingresses (``--router`` too).
             router = RouterConfig.model_validate({**scenario.router.model_dump(), **(args.router or {})})
-            scenario = scenario.model_copy(update={"seed": args.seed + i, "router": router})
+            # ... and spreads the requests over as many ingress replicas, each picking replicas from its own sends.
+            scenario = scenario.model_copy(
+                update={"seed": args.seed + i, "router": router, "ingress_replicas": args.ingress_replicas}
+            )
             specs = scenario_requests(scenario)
             rate = round(fraction * estimate.capacity, 2)
             for policy, records in _drive(urls, model, specs, duration_s, timeout_s, args.parallel):

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 
 from pydantic import BaseModel, Field
 
-from router import RequestFeatures
+from router import LatencyProfile, RequestFeatures
 from serve_app.config import ReplicaChoice
 from sim.deployment import SimDeployment
 from sim.replica import SimReplica
@@ -190,7 +190,14 @@ def burst_seconds(
     ``Simulation`` of the same burst.
     """
     variant = pool.sim_variant("static")  # every replica of the pool: an autoscaled pool at its max
-    deployment = SimDeployment(pool.name, variant.profile, variant.max_ongoing_requests, seed, replica_choice)
+    deployment = SimDeployment(
+        pool.name,
+        variant.profile,
+        variant.max_ongoing_requests,
+        seed,
+        replica_choice,
+        prefill_tokens_per_s=(variant.latency_profile or LatencyProfile()).prefill_tokens_per_s,
+    )
     for _ in range(variant.num_replicas):
         deployment.mark_ready(deployment.add_replica(0.0))
     heap: list[tuple[float, int, SimReplica, int]] = []
@@ -214,6 +221,8 @@ def burst_seconds(
         schedule(replica, end)
         replica.started.clear()
         finished += len(done)
+        for request in done:
+            deployment.completed(replica, request)
         if done:
             last = now
             for target, new_end in deployment.drain_handle_queue(now):

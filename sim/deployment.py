@@ -5,8 +5,12 @@ Like a Serve handle, a request goes to the less loaded of two randomly drawn rea
 choices, ``request_router/pow_2_router.py``), never to one already holding ``max_ongoing_requests``; when
 every replica is full (or none is ready yet) it waits at the handle in arrival order. ``replica_choice
 "least_prefill"`` instead takes the replica with the least prompt work queued (then the fewest ongoing
-requests): what the serve app's request router (serve_app/replica_router.py) aims at, with the replica's true
-queue where the app estimates it from what its ingress sent. Scaling down stops
+requests) as the serve app's request router (serve_app/replica_router.py) sees it: each ingress replica's
+handle knows only the prompts it sent itself, and estimates what is left of them at the router's prefill rate
+(``router.replica_backlog``, the same function). With one ingress that is close to the true queue; with two,
+each sees half the fleet's sends, and a short request lands behind a long prefill the other ingress sent
+(session 19: the real stack's baselines missed 5-14 points more than a simulator that read the true queue).
+Scaling down stops
 starting replicas first, then drains the least loaded ready ones: they take nothing new and release
 their GPUs once their open requests finish (Serve's graceful shutdown).
 """
@@ -18,6 +22,7 @@ from collections import deque
 from collections.abc import Iterator
 
 from engines.profile import EngineProfile
+from router.replica_backlog import prefill_backlog
 from serve_app.config import ReplicaChoice
 from sim.replica import ReplicaState, SimReplica
 from sim.request import SimRequest
@@ -31,9 +36,16 @@ class SimDeployment:
         max_ongoing_requests: int,
         seed: int = 0,
         replica_choice: ReplicaChoice = "power_of_two",
+        *,
+        ingress_replicas: int = 1,
+        prefill_tokens_per_s: float | None = None,
     ) -> None:
         self.name = name
         self.replica_choice = replica_choice
+        # least_prefill: what each ingress's handle sent each replica and has not seen complete, by request
+        # index: (prompt tokens, send time); drained at the rate the app's request router is configured with.
+        self._sent: list[dict[str, dict[int, tuple[int, float]]]] = [{} for _ in range(ingress_replicas)]
+        self._prefill_tokens_per_s = prefill_tokens_per_s or profile.prefill_tokens_per_s
         self.profile = profile
         self.max_ongoing_requests = max_ongoing_requests
         self.replicas: list[SimReplica] = []  # starting, ready and draining ones
@@ -71,21 +83,30 @@ class SimDeployment:
         if self.handle_queue:  # keep arrival order: earlier requests go first
             self.handle_queue.append(request)
             return None
-        replica = self._pick()
+        replica = self._pick(request, now)
         if replica is None:
             self.handle_queue.append(request)
             return None
-        return replica, replica.submit(request, now)
+        return replica, self._submit(replica, request, now)
 
     def drain_handle_queue(self, now: float) -> Iterator[tuple[SimReplica, float | None]]:
         """Sends waiting requests to replicas with room, in order, while there is room."""
         while self.handle_queue:
-            replica = self._pick()
+            replica = self._pick(self.handle_queue[0], now)
             if replica is None:
                 return
-            yield replica, replica.submit(self.handle_queue.popleft(), now)
+            yield replica, self._submit(replica, self.handle_queue.popleft(), now)
 
-    def _pick(self) -> SimReplica | None:
+    def completed(self, replica: SimReplica, request: SimRequest) -> None:
+        """The request's stream ended: its handle stops counting it (``on_request_completed``)."""
+        self._sent[request.ingress].get(replica.replica_id, {}).pop(request.index, None)
+
+    def _submit(self, replica: SimReplica, request: SimRequest, now: float) -> float | None:
+        if self.replica_choice == "least_prefill":
+            self._sent[request.ingress].setdefault(replica.replica_id, {})[request.index] = (request.prompt_tokens, now)
+        return replica.submit(request, now)
+
+    def _pick(self, request: SimRequest, now: float) -> SimReplica | None:
         ready = self.ready
         limit = self.max_ongoing_requests
         if not ready:
@@ -94,8 +115,16 @@ class SimDeployment:
             only = ready[0]
             return only if only.ongoing < limit else None
         if self.replica_choice == "least_prefill":
+            sent = self._sent[request.ingress]
+
+            def seen(replica: SimReplica) -> tuple[float, int, float]:
+                own = sent.get(replica.replica_id, {})
+                backlog = prefill_backlog(own.values(), now, self._prefill_tokens_per_s)
+                return (backlog, len(own), self._rng.random())  # random: ties spread, as the app's router does
+
+            # Serve probes the first-ranked replica's true queue and moves on when it is full.
             with_room = [r for r in ready if r.ongoing < limit]
-            return min(with_room, key=lambda r: (r.queued_prompt_tokens, r.ongoing)) if with_room else None
+            return min(with_room, key=seen) if with_room else None
         a, b = self._rng.sample(ready, 2)
         best = a if a.ongoing <= b.ongoing else b
         if best.ongoing < limit:

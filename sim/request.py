@@ -23,6 +23,7 @@ class SimRequest:
     max_tokens: int
     slo: Slo  # the bench's SLO: the tier name sent and the targets the run is scored against
     features: RequestFeatures  # what the router sees
+    ingress: int = 0  # which ingress replica took it (its handle's view picks the replica: sim/deployment.py)
     variant: str | None = None
     prediction: Prediction | None = None
     dispatched_s: float | None = None  # handed to a replica's engine

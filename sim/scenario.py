@@ -107,6 +107,13 @@ class Scenario(BaseModel):
         "choices by ongoing requests, or 'least_prefill' (the least prompt work queued; serve_app/replica_router.py).",
     )
 
+    ingress_replicas: int = Field(
+        1,
+        ge=1,
+        description="Ingress replicas the requests are spread over; with 'least_prefill' each one's handle picks "
+        "replicas from what it sent itself, as the serve app's request router does.",
+    )
+
     @model_validator(mode="after")
     def _pools_fit(self) -> Scenario:
         for pool in self.pools:
@@ -143,6 +150,7 @@ def simulate(scenario: Scenario, policy: Policy, scaling: Scaling) -> tuple[SimR
         router,
         seed=scenario.seed,
         replica_choice=scenario.replica_choice,
+        ingress_replicas=scenario.ingress_replicas,
     )
     result = sim.run(sim_requests(scenario.streams, scenario.duration_s, router), horizon_s=scenario.duration_s)
     peaks: dict[str, int] = {}

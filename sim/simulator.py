@@ -78,14 +78,25 @@ class Simulation:
         record_interval_s: float = 1.0,
         snapshot_period_s: float = REFRESH_PERIOD_S,
         replica_choice: ReplicaChoice = "power_of_two",
+        ingress_replicas: int = 1,
     ) -> None:
         self.variants = {v.name: v for v in variants}
+        self.ingress_replicas = ingress_replicas
         self.router = router
         self.tick_s = tick_s
         self.record_interval_s = record_interval_s
         self.snapshot_period_s = snapshot_period_s
         self.deployments = {
-            v.name: SimDeployment(v.name, v.profile, v.max_ongoing_requests, seed, replica_choice)
+            v.name: SimDeployment(
+                v.name,
+                v.profile,
+                v.max_ongoing_requests,
+                seed,
+                replica_choice,
+                ingress_replicas=ingress_replicas,
+                # The app's request router drains its estimate at the variant's router profile's rate.
+                prefill_tokens_per_s=(v.latency_profile or LatencyProfile()).prefill_tokens_per_s,
+            )
             for v in self.variants.values()
         }
         self.autoscalers = {
@@ -170,6 +181,8 @@ class Simulation:
 
     def _arrive(self, request: SimRequest, now: float) -> bool:
         """Routes and dispatches one request; False when the router rejected it."""
+        # HAProxy spreads the client's connections over the ingress replicas (leastconn): in turn, here.
+        request.ingress = request.index % self.ingress_replicas
         views = self._views(now)
         decision = route(request.features, views, self.router, self.state)
         request.route_reason = str(decision.reason)
@@ -210,6 +223,7 @@ class Simulation:
         deployment = self.deployments[replica.replica_id.rpartition("#")[0]]
         for request in finished:
             self._close(request)
+            deployment.completed(replica, request)
         for target, new_end in deployment.drain_handle_queue(now):
             self._schedule(target, new_end)
         deployment.release_if_drained(replica, now)

@@ -1,0 +1,18 @@
+"""Session 19: the two_variant full fleet at its top rate, simulated with 1 and 2 ingress replicas, beside the real runs."""
+import sys
+from bench.routing_fleet import fleet_scenario, estimate_capacity
+from sim.scenario import SCENARIOS, simulate
+from router import RouterConfig
+make = SCENARIOS["two_variant"]
+base = fleet_scenario(make, 150.0, 1.0, 1.0)
+est = estimate_capacity(base)
+sc = fleet_scenario(make, 150.0, 1.0 * est.rate_scale, 1.0)
+sc = sc.model_copy(update={"seed": 0, "router": RouterConfig.model_validate({**sc.router.model_dump()})})
+real = {"slo": 96.5, "length_threshold": 80.0, "round_robin": 57.4, "least_loaded": 56.1, "largest": 0.0}
+print("capacity", est.capacity, "replica_choice", sc.replica_choice)
+for pol in real:
+    row = []
+    for n in (1, 2):
+        _, run = simulate(sc.model_copy(update={"ingress_replicas": n}), pol, "static")
+        row.append(100 * run.summary.slo_attainment)
+    print(f"{pol:17s} real {real[pol]:5.1f}  sim 1 ingress {row[0]:5.1f} ({row[0]-real[pol]:+.1f})  2 ingresses {row[1]:5.1f} ({row[1]-real[pol]:+.1f})")
