@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 
 from pydantic import BaseModel, Field
 
-from router import LatencyProfile, RequestFeatures
+from router import RequestFeatures
 from serve_app.config import ReplicaChoice
 from sim.deployment import SimDeployment
 from sim.replica import SimReplica
@@ -196,7 +196,7 @@ def burst_seconds(
         variant.max_ongoing_requests,
         seed,
         replica_choice,
-        prefill_tokens_per_s=(variant.latency_profile or LatencyProfile()).prefill_tokens_per_s,
+        prefill_tokens_per_s=variant.router_prefill_tokens_per_s,
     )
     for _ in range(variant.num_replicas):
         deployment.mark_ready(deployment.add_replica(0.0))

@@ -54,6 +54,11 @@ class SimVariant:
     latency_profile: LatencyProfile | None = None  # the router's seed (None: the router's defaults)
     policy: Policy | None = None  # overrides the scaling policy named in ``autoscaling``
 
+    @property
+    def router_prefill_tokens_per_s(self) -> float:
+        """The rate the serve app's request router drains its prefill estimate at (VariantConfig's options)."""
+        return (self.latency_profile or LatencyProfile()).prefill_tokens_per_s
+
 
 @dataclass
 class SimResult:
@@ -94,8 +99,7 @@ class Simulation:
                 seed,
                 replica_choice,
                 ingress_replicas=ingress_replicas,
-                # The app's request router drains its estimate at the variant's router profile's rate.
-                prefill_tokens_per_s=(v.latency_profile or LatencyProfile()).prefill_tokens_per_s,
+                prefill_tokens_per_s=v.router_prefill_tokens_per_s,
             )
             for v in self.variants.values()
         }
