@@ -1,8 +1,9 @@
 """Session 19: the two_variant full fleet at its top rate, simulated with 1 and 2 ingress replicas, beside the real runs."""
-import sys
-from bench.routing_fleet import fleet_scenario, estimate_capacity
-from sim.scenario import SCENARIOS, simulate
+
+from bench.routing_fleet import estimate_capacity, fleet_scenario
 from router import RouterConfig
+from sim.scenario import SCENARIOS, simulate
+
 make = SCENARIOS["two_variant"]
 base = fleet_scenario(make, 150.0, 1.0, 1.0)
 est = estimate_capacity(base)
@@ -15,4 +16,6 @@ for pol in real:
     for n in (1, 2):
         _, run = simulate(sc.model_copy(update={"ingress_replicas": n}), pol, "static")
         row.append(100 * run.summary.slo_attainment)
-    print(f"{pol:17s} real {real[pol]:5.1f}  sim 1 ingress {row[0]:5.1f} ({row[0]-real[pol]:+.1f})  2 ingresses {row[1]:5.1f} ({row[1]-real[pol]:+.1f})")
+    print(
+        f"{pol:17s} real {real[pol]:5.1f}  sim 1 ingress {row[0]:5.1f} ({row[0] - real[pol]:+.1f})  2 ingresses {row[1]:5.1f} ({row[1] - real[pol]:+.1f})"
+    )
