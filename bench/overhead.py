@@ -36,7 +36,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import engine_server, overhead_results, pyspy, sidecar
+from bench import engine_server, host_speed, overhead_results, pyspy, sidecar
 from bench.client import TargetConfig
 from bench.direct import run_direct
 from bench.engine_server import EngineServerSettings
@@ -713,9 +713,10 @@ def execute(args: argparse.Namespace) -> OverheadResult:
     if args.profile is not None and not pyspy.available():
         raise SystemExit("--profile needs py-spy (pip install py-spy)")
     run = _Run(args)
+    speed = [host_speed.python_ms()]
     print(
         f"overhead: {args.model} on {run.device}, prompts {run.prompt_tokens} tokens, outputs {run.max_tokens} "
-        f"tokens, levels {run.concurrency} ({run.requests} requests)",
+        f"tokens, levels {run.concurrency} ({run.requests} requests); host: {speed[0]:.2f} ms of fixed Python work",
         flush=True,
     )
     paths: dict[str, PathResult] = {}
@@ -739,6 +740,8 @@ def execute(args: argparse.Namespace) -> OverheadResult:
             traceback.print_exc()
             reason = f"failed: {type(exc).__name__}: {exc}"[:500]
             paths.update({p: PathResult(description=PATHS[p], skipped=reason) for p in serve_wanted})
+    speed.append(host_speed.python_ms())
+    print(f"host: {speed[-1]:.2f} ms of fixed Python work after the last path ({speed[0]:.2f} before the first)")
     command = shlex.join(["python", "-m", "bench", *getattr(args, "argv", sys.argv[1:])])
     return OverheadResult(
         command=command,
@@ -752,6 +755,7 @@ def execute(args: argparse.Namespace) -> OverheadResult:
         num_requests=run.requests,
         paths=overhead_results.with_ratios({name: paths[name] for name in PATHS if name in paths}),
         wall_s=time.perf_counter() - started,
+        host_python_ms=[round(ms, 3) for ms in speed],
         notes=_notes(run) + _server_notes(run),
     )
 

@@ -96,6 +96,11 @@ class OverheadResult(BaseModel):
     num_requests: dict[int, int] = Field(description="Requests sent per level.")
     paths: dict[str, PathResult]
     wall_s: float | None = Field(None, description="Wall time of the whole run, model builds and Ray included.")
+    host_python_ms: list[float] = Field(
+        default_factory=list,
+        description="bench.host_speed.python_ms before the first path and after the last, with the bench idle: "
+        "the host's speed at the time, to compare runs made at different times.",
+    )
     notes: list[str] = Field(default_factory=list, description="What a reader must know to judge the numbers.")
 
 
@@ -278,6 +283,11 @@ def render_markdown(result: OverheadResult, plot: str | None = None) -> str:
     ]
     if result.wall_s is not None:
         lines.append(f"* Wall time of the run: {result.wall_s:.0f} s")
+    if result.host_python_ms:
+        lines.append(
+            "* Host speed (`bench.host_speed`, ms of fixed Python work; before the first path, after the last): "
+            + " / ".join(f"{ms:.2f}" for ms in result.host_python_ms)
+        )
     lines += ["", "| path | what |", "|---|---|"]
     lines += [f"| {name} | {path.description} |" for name, path in result.paths.items()]
     lines += ["", "| " + " | ".join(HEADER) + " |", "|---|" + "---:|" * (len(HEADER) - 1)]

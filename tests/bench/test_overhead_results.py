@@ -128,3 +128,15 @@ def test_cpu_per_token_leaves_out_the_load_generator_and_the_profiler():
     r = result(stack=PathResult(description=PATHS["stack"], levels={16: lv}))
     markdown = render_markdown(r)
     assert "| stack | 16 | 5.00 | variant-engine 4.00, load_generator 3.00, profiler 2.00, Ingress 1.00 |" in markdown
+
+
+def test_the_report_gives_the_host_speed_the_run_measured():
+    from bench.host_speed import python_ms
+
+    measured = python_ms(repeats=3)
+    r = result(direct=path("direct", c1=100.0)).model_copy(update={"host_python_ms": [measured, 1.25]})
+
+    assert measured > 0
+    assert f"{measured:.2f} / 1.25" in render_markdown(r)
+    assert OverheadResult.model_validate_json(r.model_dump_json()).host_python_ms == [measured, 1.25]
+    assert "Host speed" not in render_markdown(result(direct=path("direct", c1=100.0)))  # older runs: no line
