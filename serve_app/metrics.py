@@ -84,13 +84,13 @@ class IngressMetrics:
     loop (:class:`OffLoopRecorder`)."""
 
     def __init__(self) -> None:
-        self.recorder = OffLoopRecorder()
+        recorder = OffLoopRecorder()  # one thread for all of them
 
         def counter(name: str, description: str, tag_keys: tuple[str, ...]) -> OffLoop:
-            return OffLoop(metrics.Counter(name, description, tag_keys=_keys(*tag_keys)), self.recorder)
+            return OffLoop(metrics.Counter(name, description, tag_keys=_keys(*tag_keys)), recorder)
 
         def histogram(name: str, description: str, buckets: list[float], tag_keys: tuple[str, ...]) -> OffLoop:
-            return OffLoop(metrics.Histogram(name, description, buckets, tag_keys=_keys(*tag_keys)), self.recorder)
+            return OffLoop(metrics.Histogram(name, description, buckets, tag_keys=_keys(*tag_keys)), recorder)
 
         self.requests = counter(
             "vs_requests_total", "HTTP requests by variant and HTTP status.", _keys("variant", "status")
