@@ -16,10 +16,9 @@ from engines.protocol import Delta, EngineStats, GenerationRequest
 from serve_app.autoscaling import RecentLatency, engine_metrics
 from serve_app.config import VariantConfig
 from serve_app.metrics import EngineMetrics
+from serve_app.stats_board import STATS_PERIOD_S
 
 logger = logging.getLogger("ray.serve")
-
-STATS_PERIOD_S = 0.25
 
 
 class EngineDeployment:

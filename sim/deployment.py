@@ -102,6 +102,7 @@ class SimDeployment:
         self._sent[request.ingress].get(replica.replica_id, {}).pop(request.index, None)
 
     def _submit(self, replica: SimReplica, request: SimRequest, now: float) -> float | None:
+        request.replica = replica.replica_id
         if self.replica_choice == "least_prefill":
             self._sent[request.ingress].setdefault(replica.replica_id, {})[request.index] = (request.prompt_tokens, now)
         return replica.submit(request, now)

@@ -13,6 +13,7 @@ import heapq
 import itertools
 import math
 from collections import deque
+from dataclasses import dataclass
 from enum import Enum
 
 from engines.batching import ContinuousBatch, Iteration
@@ -57,6 +58,26 @@ class RecentLatency:
 _sequence = itertools.count()  # tie-breaker for equal finish steps; only order matters
 
 
+@dataclass(frozen=True, slots=True)
+class LoadReport:
+    """A replica's load as it last posted it to the stats board.
+
+    A real engine replica posts its stats every ``STATS_PERIOD_S`` (serve_app/engine_deployment.py) and each
+    ingress reads the board every ``REFRESH_PERIOD_S``: the router routes on figures up to a few hundred ms old,
+    and the simulator must not route on fresher ones than the stack can (session 20: least_loaded piled requests
+    onto a variant the real board had not yet shown busy, and the simulator, reading the replicas' true queues at
+    each refresh, did not).
+    """
+
+    at_s: float
+    queued: int
+    running: int
+    queued_prompt_tokens: int
+    kv_used_fraction: float
+    tpot_ms: float
+    decode_batch: float
+
+
 class SimReplica:
     """One replica of a variant. The simulation calls :meth:`submit` and :meth:`step_end`; both return
     the time of the replica's next iteration end when it changed (push it with :attr:`version`)."""
@@ -77,6 +98,7 @@ class SimReplica:
         self._seg_dt = 0.0
         self._seg_k = 0  # iterations in the current segment; 0: idle
         self._seg: Iteration[SimRequest] | None = None
+        self.report: LoadReport | None = None  # what it last posted to the stats board (None: not yet)
 
     # ------------------------------------------------------------------ load, as the engine reports it
 
@@ -103,6 +125,19 @@ class SimReplica:
     @property
     def kv_used_fraction(self) -> float:
         return self.batch.kv_used / self.profile.kv_cache_tokens
+
+    def post_report(self, now: float) -> LoadReport:
+        """Posts its load now, as the engine replica's stats loop does."""
+        self.report = LoadReport(
+            at_s=now,
+            queued=self.queued,
+            running=self.running,
+            queued_prompt_tokens=self.queued_prompt_tokens,
+            kv_used_fraction=self.kv_used_fraction,
+            tpot_ms=self.pace.tpot_ms(now),
+            decode_batch=self.pace.decode_batch(now),
+        )
+        return self.report
 
     def oldest_wait_ms(self, now: float) -> float:
         """Ms the oldest request handed to this replica still without a first token has waited (0: none)."""

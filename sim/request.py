@@ -25,6 +25,7 @@ class SimRequest:
     features: RequestFeatures  # what the router sees
     ingress: int = 0  # which ingress replica took it (its handle's view picks the replica: sim/deployment.py)
     variant: str | None = None
+    replica: str | None = None  # the replica its handle sent it to (x-route-replica)
     prediction: Prediction | None = None
     dispatched_s: float | None = None  # handed to a replica's engine
     remaining_prefill: int = 0

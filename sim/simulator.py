@@ -15,29 +15,30 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import random
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from core.error_table import TABLE
 from engines.profile import EngineProfile
-from router import LatencyProfile, RouterConfig, RouterState, VariantView, route
+from router import LatencyProfile, RouterConfig, VariantView, route
 from router.explain import candidates_header
-from router.inflight import InflightBook
-from router.latency import new_latency_model
 from router.load import decode_pace
 from router.redirect import RedirectedDemand, redirected_from
 from router.rejections import rejection_class
 from serve_app.config import AutoscalingSpec, ReplicaChoice
 from serve_app.routing import REFRESH_PERIOD_S
+from serve_app.stats_board import STATS_PERIOD_S
 from sim.autoscaler import Policy, SimAutoscaler
 from sim.deployment import SimDeployment
-from sim.replica import SimReplica
+from sim.ingress import IngressChoice, SimIngress
+from sim.replica import ReplicaState, SimReplica
 from sim.request import SimRequest
 from traffic.records import RequestRecord, slo_met, time_per_output_token
 from traffic.replicas import ReplicaSample
 
-_STEP, _READY, _ARRIVAL, _RECORD, _TICK = range(5)
+_STEP, _READY, _ARRIVAL, _RECORD, _TICK, _REPORT = range(6)
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,7 @@ class Simulation:
         tick_s: float = 1.0,
         record_interval_s: float = 1.0,
         snapshot_period_s: float = REFRESH_PERIOD_S,
+        report_period_s: float = STATS_PERIOD_S,
         replica_choice: ReplicaChoice = "power_of_two",
         ingress_replicas: int = 1,
     ) -> None:
@@ -91,6 +93,8 @@ class Simulation:
         self.tick_s = tick_s
         self.record_interval_s = record_interval_s
         self.snapshot_period_s = snapshot_period_s
+        self.report_period_s = report_period_s
+        self._report_phases = random.Random(f"{seed}:reports")  # each replica posts on its own phase
         self.deployments = {
             v.name: SimDeployment(
                 v.name,
@@ -106,15 +110,14 @@ class Simulation:
         self.autoscalers = {
             v.name: SimAutoscaler(v.autoscaling, v.policy) for v in self.variants.values() if v.autoscaling
         }
-        self.models = {v.name: new_latency_model(v.latency_profile, router) for v in self.variants.values()}
-        self.state = RouterState()
-        self.book = InflightBook(self.models)  # the ingress's own bookkeeping, as RoutingTable keeps it
+        # Each ingress replica routes from its own state, book, latency models and snapshot (sim/ingress.py).
+        profiles = [(v.name, v.latency_profile) for v in self.variants.values()]
+        self.ingresses = [SimIngress.fresh(profiles, router) for _ in range(ingress_replicas)]
+        self._ingress_choice = IngressChoice(ingress_replicas, seed)
         self.redirected = RedirectedDemand()  # demand spilled or shed away from its preferred variant (ditto)
         self._waking: set[str] = set()  # variants at zero replicas with the ingress's wake-up call at their handle
         self._heap: list[tuple[float, int, int, Any, int]] = []
         self._order = itertools.count()
-        self._snapshot: dict[str, VariantView] = {}
-        self._snapshot_s = -float("inf")
         self._samples: list[ReplicaSample] = []
 
     # ------------------------------------------------------------------ the loop
@@ -127,7 +130,7 @@ class Simulation:
         for variant in self.variants.values():
             for _ in range(variant.num_replicas):
                 replica = self.deployments[variant.name].add_replica(0.0)
-                self.deployments[variant.name].mark_ready(replica)  # deployed before the traffic starts
+                self._mark_ready(replica, 0.0)  # deployed before the traffic starts
             self._sample_replicas(0.0)
         self._push_next_arrival(arrivals)
         if self.autoscalers:
@@ -151,6 +154,8 @@ class Simulation:
                 self._ready(target, now)
             elif not more_arrivals and open_requests == 0:
                 continue  # traffic over and served: let the control loop stop
+            elif kind == _REPORT:
+                self._post_report(target, now)
             elif kind == _RECORD:
                 levels = self.redirected.levels(now)
                 for name, scaler in self.autoscalers.items():
@@ -185,10 +190,10 @@ class Simulation:
 
     def _arrive(self, request: SimRequest, now: float) -> bool:
         """Routes and dispatches one request; False when the router rejected it."""
-        # HAProxy spreads the client's connections over the ingress replicas (leastconn): in turn, here.
-        request.ingress = request.index % self.ingress_replicas
-        views = self._views(now)
-        decision = route(request.features, views, self.router, self.state)
+        request.ingress = self._ingress_choice.pick()
+        ingress = self.ingresses[request.ingress]
+        views = self._views(ingress, now)
+        decision = route(request.features, views, self.router, ingress.state)
         request.route_reason = str(decision.reason)
         redirected = redirected_from(decision, request.features, views, self.router)
         if redirected is not None:
@@ -204,7 +209,7 @@ class Simulation:
         request.prediction = decision.predictions.get(name)
         request.candidates = candidates_header(decision.predictions)
         replicas = len(self.deployments[name].ready) or 1
-        request.ticket = self.book.open(
+        request.ticket = ingress.book.open(
             name, request.prompt_tokens, request.prediction, now, max_tokens=request.max_tokens, replicas=replicas
         )
         sent = self.deployments[name].dispatch(request, now)
@@ -220,7 +225,7 @@ class Simulation:
             overhead_s = replica.profile.overhead_ms / 1e3
             for request in replica.started:
                 if request.ticket is not None:
-                    self.book.first_token(request.ticket, now + overhead_s)
+                    self.ingresses[request.ingress].book.first_token(request.ticket, now + overhead_s)
             replica.started.clear()
         if not finished:
             return 0
@@ -238,20 +243,28 @@ class Simulation:
         name = request.variant
         assert name is not None and request.ticket is not None and request.end_s is not None
         overhead_s = self.variants[name].profile.overhead_ms / 1e3
-        self.book.close(request.ticket, request.max_tokens, request.end_s + overhead_s, ok=True)
+        book = self.ingresses[request.ingress].book
+        book.close(request.ticket, request.max_tokens, request.end_s + overhead_s, ok=True)
 
-    def _views(self, now: float) -> list[VariantView]:
-        """The router's views: a periodic stats snapshot with the ingress's live in-flight counts."""
-        if now - self._snapshot_s >= self.snapshot_period_s:
-            self._snapshot_s = now
-            self._snapshot = {name: self._snapshot_view(name, now) for name in self.variants}
-        return [self.book.annotate(view, now, self._snapshot_s) for view in self._snapshot.values()]
+    def _views(self, ingress: SimIngress, now: float) -> list[VariantView]:
+        """An ingress's views: its periodic stats snapshot with its own live in-flight counts."""
+        if now - ingress.snapshot_s >= self.snapshot_period_s:
+            ingress.snapshot_s = now
+            ingress.snapshot = {name: self._snapshot_view(name, ingress) for name in self.variants}
+            # The oldest report dates the sum: requests sent since may be in none of them (RoutingTable.refresh).
+            ingress.report_at = {
+                name: min((r.report.at_s for r in d.ready if r.report is not None), default=now)
+                for name, d in self.deployments.items()
+            }
+        return [ingress.book.annotate(v, now, ingress.report_at[v.name]) for v in ingress.snapshot.values()]
 
-    def _snapshot_view(self, name: str, now: float) -> VariantView:
+    def _snapshot_view(self, name: str, ingress: SimIngress) -> VariantView:
+        """A variant as the stats board shows it: the sum of its ready replicas' last reports."""
         variant = self.variants[name]
         deployment = self.deployments[name]
         ready = deployment.ready
-        pace_ms, pace_batch = decode_pace((r.pace.tpot_ms(now), r.pace.decode_batch(now)) for r in ready)
+        reports = [r.report for r in ready if r.report is not None]
+        pace_ms, pace_batch = decode_pace((p.tpot_ms, p.decode_batch) for p in reports)
         return VariantView(
             name=name,
             context_length=variant.profile.context_length,
@@ -259,12 +272,12 @@ class Simulation:
             cost_per_1k_tokens=variant.cost_per_1k_tokens,
             ready_replicas=len(ready),
             max_running_requests=variant.profile.max_running_requests,
-            latency=self.models[name],
+            latency=ingress.models[name],
             starting_replicas=deployment.starting,
-            queued_requests=sum(r.queued for r in ready),
-            running_requests=sum(r.running for r in ready),
-            queued_prompt_tokens=sum(r.queued_prompt_tokens for r in ready),
-            kv_used_fraction=max((r.kv_used_fraction for r in ready), default=0.0),
+            queued_requests=sum(p.queued for p in reports),
+            running_requests=sum(p.running for p in reports),
+            queued_prompt_tokens=sum(p.queued_prompt_tokens for p in reports),
+            kv_used_fraction=max((p.kv_used_fraction for p in reports), default=0.0),
             recent_tpot_ms=pace_ms,
             recent_decode_batch=pace_batch,
         )
@@ -272,11 +285,24 @@ class Simulation:
     # ------------------------------------------------------------------ replicas
 
     def _ready(self, replica: SimReplica, now: float) -> None:
-        deployment = self.deployments[replica.replica_id.rpartition("#")[0]]
-        if deployment.mark_ready(replica):
+        if self._mark_ready(replica, now):
+            deployment = self.deployments[replica.replica_id.rpartition("#")[0]]
             for target, end in deployment.drain_handle_queue(now):
                 self._schedule(target, end)
             self._sample_replicas(now)
+
+    def _mark_ready(self, replica: SimReplica, now: float) -> bool:
+        """The replica serves; its stats loop posts at once, then every ``report_period_s`` on its own phase."""
+        if not self.deployments[replica.replica_id.rpartition("#")[0]].mark_ready(replica):
+            return False
+        replica.post_report(now)
+        self._push(now + self._report_phases.uniform(0.0, self.report_period_s), _REPORT, replica)
+        return True
+
+    def _post_report(self, replica: SimReplica, now: float) -> None:
+        if replica.state is ReplicaState.READY:  # a draining or stopped replica is off the board
+            replica.post_report(now)
+            self._push(now + self.report_period_s, _REPORT, replica)
 
     def _tick(self, now: float) -> None:
         for name, scaler in self.autoscalers.items():
@@ -317,6 +343,8 @@ def _record(request: SimRequest, variants: dict[str, SimVariant]) -> RequestReco
         predicted_ttft_ms=None if request.prediction is None else request.prediction.ttft_ms,
         predicted_tpot_ms=None if request.prediction is None else request.prediction.tpot_ms,
         route_candidates=request.candidates,
+        replica=request.replica,
+        ingress=str(request.ingress),  # as x-route-ingress names the real ingress replica
     )
     if request.rejection is not None:
         # What the ingress answers the same rejection with (core.error_table).

@@ -111,3 +111,20 @@ def test_kv_cache_admission_blocks_until_a_sequence_finishes():
 
     assert second.first_token_s is not None and first.end_s is not None
     assert second.first_token_s > first.end_s
+
+
+def test_a_report_keeps_the_load_it_posted_while_the_replica_moves_on():
+    replica = SimReplica("r", profile(max_running_requests=1), 0.0)
+    replica.submit(request(0, prompt=100, out=50), 0.0)
+    replica.submit(request(1, prompt=300, out=5), 0.0)
+
+    posted = replica.post_report(0.5)
+
+    assert (posted.at_s, posted.running, posted.queued, posted.queued_prompt_tokens) == (
+        0.5,
+        1,
+        1,
+        400,
+    )  # both prompts unprefilled
+    replica.submit(request(2, prompt=200, out=5), 0.6)
+    assert replica.report is posted and replica.report.queued == 1 and replica.queued == 2

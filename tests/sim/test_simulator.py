@@ -142,3 +142,31 @@ def test_the_same_seed_gives_the_same_run():
         return [(r.variant, r.ttft_s, r.e2e_s) for r in result.records]
 
     assert outcome() == outcome()
+
+
+def test_two_ingresses_each_route_round_robin_to_both_variants():
+    # A request-index ingress choice in step with round_robin's index alternation would send every request for one
+    # variant through one ingress; the real stack's ingresses each take requests of every kind, and each keeps its
+    # own round-robin turn.
+    router = ROUTER.model_copy(update={"policy": "round_robin"})
+    sim = Simulation([variant("a"), variant("b")], router, seed=7, ingress_replicas=2)
+    result = sim.run(sim_requests([stream(20.0)], 20.0, router), horizon_s=20.0)
+
+    by_ingress: dict[str | None, set[str | None]] = {}
+    for r in result.records:
+        by_ingress.setdefault(r.ingress, set()).add(r.variant)
+    assert by_ingress == {"0": {"a", "b"}, "1": {"a", "b"}}
+    assert all(r.replica is not None and r.replica.startswith(f"{r.variant}#") for r in result.records)
+
+
+def test_the_router_sees_a_variant_as_its_replicas_last_reported_it():
+    # Replicas post their load every report period; between posts the router's view stays as posted, however the
+    # queues move (the real stats board's cadence, serve_app/stats_board.STATS_PERIOD_S).
+    router = ROUTER.model_copy(update={"policy": "largest"})
+    sim = Simulation([variant("a")], router, seed=7, report_period_s=1000.0)
+    sim.run(sim_requests([stream(50.0)], 5.0, router), horizon_s=5.0)
+    replica = sim.deployments["a"].replicas[0]
+
+    assert replica.report is not None and replica.report.at_s < 1000.0
+    view = sim._snapshot_view("a", sim.ingresses[0])
+    assert view.running_requests == replica.report.running and view.queued_requests == replica.report.queued
