@@ -69,6 +69,7 @@ from traffic.workload import RequestSpec
 
 NAME = "overhead"
 DEFAULT_CONCURRENCY = (1, 16, 64)
+OUTPUT_SPREAD = 0.25  # output lengths within 1 +- this of --max-tokens after the first round (--output-spread)
 WARMUP_REQUESTS, WARMUP_TOKENS = 2, 8
 # Every path samples alike: OpenAI's defaults, made explicit (temperature 1, no top-p / top-k cut).
 SAMPLING = SamplingParams(temperature=1.0, top_p=1.0, top_k=0)
@@ -104,6 +105,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         default="staggered",
         help="staggered (default): each level's first round ends at spread times, so every path runs the steady "
         "state a server sees (prefills mixed into decode iterations); lockstep: all requests start and end together",
+    )
+    p.add_argument(
+        "--output-spread",
+        type=float,
+        default=OUTPUT_SPREAD,
+        help=f"after each level's first round, every request's output length is --max-tokens times a seeded draw "
+        f"within 1 +- this (default {OUTPUT_SPREAD}; the same lengths on every path): with one length for all, a "
+        "serving path's jitter locks the closed loop's streams into clumps the engine alone never sees "
+        "(bench/prompt_pairs.output_lengths); 0: every request --max-tokens",
     )
     p.add_argument(
         "--paths",
@@ -330,6 +340,7 @@ class _Run:
             self.max_tokens,
             as_text=as_text,
             staggered=self.staggered(concurrency),
+            spread=self.args.output_spread,
         )
 
     def staggered(self, concurrency: int) -> int:
@@ -416,7 +427,10 @@ class _Run:
             requests=self.requests[concurrency],
             prompt_tokens=self.prompt_tokens,
             max_tokens=output_lengths(
-                self.requests[concurrency], self.max_tokens, staggered=self.staggered(concurrency)
+                self.requests[concurrency],
+                self.max_tokens,
+                staggered=self.staggered(concurrency),
+                spread=self.args.output_spread,
             ),
         )
         level = level.model_copy(
@@ -626,8 +640,18 @@ def _arrivals_note(run: _Run) -> str:
     return "Arrivals in lockstep: every level's requests start together and end together (--arrivals lockstep)."
 
 
+def _lengths_note(run: _Run) -> str:
+    spread = run.args.output_spread
+    if spread > 0:
+        return (
+            f"Output lengths after the first round: max_tokens times a seeded draw within 1 +- {spread:g}, the same "
+            "on every path, so a path's jitter cannot lock the closed loop's streams into clumps (--output-spread)."
+        )
+    return "Every request after the first round asks for max_tokens (--output-spread 0)."
+
+
 def _notes(run: _Run) -> list[str]:
-    return [_arrivals_note(run), *_engine_notes(run)]
+    return [_arrivals_note(run), _lengths_note(run), *_engine_notes(run)]
 
 
 def _engine_notes(run: _Run) -> list[str]:

@@ -44,3 +44,14 @@ def test_staggered_first_round_ends_at_spread_lengths_then_every_request_is_full
     assert [s.max_tokens for s in specs] == [25, 50, 75, 100] + [100] * 6
     assert output_lengths(3, 7, staggered=8) == [1, 2, 3]  # more workers than requests: each still asks for one
     assert output_lengths(3, 7) == [7, 7, 7]  # lockstep
+
+
+def test_a_spread_varies_the_later_lengths_about_max_tokens_and_keeps_the_first_round():
+    lengths = output_lengths(2000, 100, staggered=4, spread=0.25)
+
+    assert lengths[:4] == [25, 50, 75, 100]
+    later = lengths[4:]
+    assert min(later) >= 75 and max(later) <= 125 and len(set(later)) > 40
+    assert abs(sum(later) / len(later) - 100) < 2  # the mean stays max_tokens
+    assert output_lengths(2000, 100, staggered=4, spread=0.25) == lengths  # seeded: the same on every path
+    assert output_lengths(10, 100, staggered=4, spread=0.0)[4:] == [100] * 6
