@@ -9,10 +9,9 @@ requests) as the serve app's request router (serve_app/replica_router.py) sees i
 handle knows only the prompts it sent itself, and estimates what is left of them at the router's prefill rate
 (``router.replica_backlog``, the same function). With one ingress that is close to the true queue; with two,
 each sees half the fleet's sends, and a short request lands behind a long prefill the other ingress sent
-(session 19: the real stack's baselines missed 5-14 points more than a simulator that read the true queue).
-Scaling down stops
-starting replicas first, then drains the least loaded ready ones: they take nothing new and release
-their GPUs once their open requests finish (Serve's graceful shutdown).
+(``sim/ingress.py`` keeps the rest of each ingress's view apart). Scaling down stops starting replicas
+first, then drains the least loaded ready ones: they take nothing new and release their GPUs once their open
+requests finish (Serve's graceful shutdown).
 """
 
 from __future__ import annotations

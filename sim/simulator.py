@@ -3,9 +3,11 @@ them, and the project's autoscaling policy resizes each variant on Serve's caden
 
 What runs is production code wherever production has code for it: ``router.route`` decides every
 request from :class:`~router.VariantView` s filled as ``serve_app.routing.RoutingTable.views`` fills them
-(a stats snapshot refreshed every ``REFRESH_PERIOD_S``, plus the ingress's exact in-flight counts), each
-variant's :class:`~router.LatencyModel` learns from finished requests as ``RoutingTable.close`` teaches it,
-and scaling goes through :mod:`sim.autoscaler`. Only the engines are models (:mod:`sim.replica`).
+(the replicas' load as each last posted it, every ``STATS_PERIOD_S``, read every ``REFRESH_PERIOD_S``, plus
+the ingress's exact in-flight counts), per ingress replica (:mod:`sim.ingress`: each its own router state,
+book, latency models and snapshot), each variant's :class:`~router.LatencyModel` learns from finished
+requests as ``RoutingTable.close`` teaches it, and scaling goes through :mod:`sim.autoscaler`. Only the
+engines are models (:mod:`sim.replica`).
 
 One heap of ``(time, order, kind, target, version)`` events; a replica's iteration end is rescheduled by
 pushing a new event with a new version (stale ones are skipped), so nothing is ever removed from the heap.
