@@ -23,6 +23,8 @@ from router.latency import new_latency_model
 
 @dataclass
 class SimIngress:
+    """One ingress replica's routing state (see the module docstring)."""
+
     models: dict[str, LatencyModel]
     book: InflightBook
     state: RouterState = field(default_factory=RouterState)
@@ -40,9 +42,9 @@ class SimIngress:
 class IngressChoice:
     """Which ingress replica takes each request: one at random.
 
-    The client's connections reach the ingress replicas through HAProxy (leastconn) or Serve's proxy, and a kept
-    -alive connection carries requests of any kind, so which replica takes a request is independent of what it
-    asks for. Taking them in turn by request index instead couples the choice to anything that alternates by
+    The client's connections reach the ingress replicas through HAProxy (leastconn) or Serve's proxy, and a
+    keep-alive connection carries requests of any kind, so which replica takes a request is independent of what
+    it asks for. Taking them in turn by request index instead couples the choice to anything that alternates by
     index: with round_robin over two variants, one ingress would route every request for one variant.
     """
 
