@@ -123,12 +123,22 @@ DIRECT_INGRESS_RANGES = (
 DIRECT_INGRESS_SPAN = 100
 _DIRECT_INGRESS_FIRST, _DIRECT_INGRESS_LAST = 10000, 30000
 
+# The process whose isolate_cluster_ports chose the ports in this environment. A child process inherits them: the
+# test suite's ports reached the benches it spawns, whose clusters then shared the suite's direct-ingress ports, and
+# the suite's ingress answered a bench's requests ("the model 'bench' does not exist", session 20).
+ISOLATED_BY = "VARIANT_SERVE_PORTS_ISOLATED_BY"
+
 
 def isolate_cluster_ports(environ: MutableMapping[str, str] | None = None) -> None:
     """Gives HAProxy's stats and metrics listeners free ports, and the ingress replicas' direct-ingress ports a range
     of this cluster's own, unless the environment names them already. For a second cluster on one machine (tests,
     benches); a real cluster keeps Serve's defaults."""
     env = os.environ if environ is None else environ
+    if env.get(ISOLATED_BY, str(os.getpid())) != str(os.getpid()):
+        # Chosen by the parent for its own cluster, which may be running: not the user's, and not this cluster's.
+        for key in (*HAPROXY_FIXED_PORTS, *(key for pair in DIRECT_INGRESS_RANGES for key in pair)):
+            env.pop(key, None)
+    env[ISOLATED_BY] = str(os.getpid())
     for key in HAPROXY_FIXED_PORTS:
         if key not in env:
             env[key] = str(free_port("0.0.0.0"))

@@ -14,6 +14,7 @@ from serve_app.fast_path import (
     DIRECT_INGRESS_RANGES,
     FAST_PATH_ENV,
     HAPROXY_FIXED_PORTS,
+    ISOLATED_BY,
     apply_fast_path_env,
     isolate_cluster_ports,
 )
@@ -43,6 +44,19 @@ def test_each_isolated_cluster_gets_direct_ingress_port_ranges_of_its_own_unless
     named = {"RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT": "30000"}
     isolate_cluster_ports(named)
     assert not any(high in named for _, high in DIRECT_INGRESS_RANGES)  # the user's ranges are left alone
+
+
+def test_ports_a_parent_process_isolated_for_its_own_cluster_are_chosen_anew():
+    # The test suite's environment reaches the benches it spawns: their clusters must not share its ports.
+    inherited = {key: "1" for key in (*HAPROXY_FIXED_PORTS, *(k for pair in DIRECT_INGRESS_RANGES for k in pair))}
+    env = {**inherited, ISOLATED_BY: "1"}  # pid 1 chose them, not this process
+    isolate_cluster_ports(env)
+
+    assert all(env[key] != "1" for key in inherited)
+    assert env[ISOLATED_BY] == str(os.getpid())
+    chosen = dict(env)
+    isolate_cluster_ports(env)  # this process's own choice stands
+    assert env == chosen
 
 
 def test_variant_serve_is_serves_own_cli():
