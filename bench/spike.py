@@ -53,8 +53,9 @@ POLL_S = 0.5
 LOADAVG_S = 5.0  # how often the machine's load average is sampled during a trace (loadavg.jsonl)
 
 # What every Serve replica imports before its constructor runs (the Serve replica wrapper and the app): with a warm
-# worker pool, a prestarted worker has them loaded already.
-PRELOAD_MODULES = ("ray.serve", "serve_app.app")
+# worker pool, a prestarted worker has them loaded already; serve_app.preload_gc, last, then freezes what they
+# allocated, so that the gc.collect() Serve runs when a replica has started scans only the replica's own objects.
+PRELOAD_MODULES = ("ray.serve", "serve_app.app", "serve_app.preload_gc")
 
 # The bench's warm pool by default: the fleet's 10 replicas at the peak, the ingress, Serve's controller
 # and proxy, with room to spare. Without it every new replica first waits, two at a time, for a process to start on

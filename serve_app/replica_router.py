@@ -14,7 +14,9 @@ Each ingress replica's handle knows only what it sent itself, as with the router
 
 from __future__ import annotations
 
+import asyncio
 import collections
+import contextlib
 import importlib
 import logging
 import random
@@ -78,6 +80,7 @@ class LeastPrefillRequestRouter(FIFOMixin, RequestRouter):
         logger.info("least_prefill request router at %.0f prompt tokens/s", prefill_tokens_per_s)
         # replica -> internal request id -> (prompt tokens, send time) of the requests not completed yet
         self._sent: dict[ReplicaID, dict[str, tuple[int, float]]] = {}
+        self._replica_added = asyncio.Event()  # set (then replaced) when the long poll brings a new replica
 
     async def choose_replicas(
         self, candidate_replicas: list[RunningReplica], pending_request: PendingRequest | None = None
@@ -103,6 +106,27 @@ class LeastPrefillRequestRouter(FIFOMixin, RequestRouter):
         sent = self._sent.get(replica_id)
         if sent is not None:
             sent.pop(internal_request_id, None)
+
+    def update_replicas(self, replicas: list[RunningReplica]) -> None:
+        added = any(r.replica_id not in self.curr_replicas for r in replicas)
+        super().update_replicas(replicas)
+        if added:
+            # Wake the routing tasks sleeping in their backoff (below) on the router's loop, whichever thread the
+            # long poll's callback runs in.
+            self._event_loop.call_soon_threadsafe(self._wake_backoff)
+
+    def _wake_backoff(self) -> None:
+        woken, self._replica_added = self._replica_added, asyncio.Event()
+        woken.set()
+
+    async def _backoff(self, attempt: int) -> None:
+        """Serve's backoff between routing attempts while every replica is full (ray/serve/_private/request_router/
+        request_router.py, 2.60: 25 ms doubling up to ``max_backoff_s``, 0.5 s), cut short when a replica is added:
+        under a spike every replica is full, the routing tasks sleep up to 0.5 s each, and a replica the autoscaler
+        just started got its first request 0.13-0.43 s after Serve marked it running (the queue waited for the
+        sleeps to end). Private hook: without it (another Ray) the backoff is Serve's own."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._replica_added.wait(), timeout=self._compute_backoff_s(attempt))
 
     def on_replica_actor_died(self, replica_id: ReplicaID) -> None:
         super().on_replica_actor_died(replica_id)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 
 import pytest
 
@@ -204,9 +205,12 @@ def test_a_rescore_joins_modes_recorded_in_separate_runs_and_fits_the_start_queu
 def test_a_warm_pool_prestarts_one_worker_per_cpu_all_at_once_with_the_app_imported():
     env = warm_pool_env(24)
     assert env["RAY_worker_maximum_startup_concurrency"] == "24"
-    # Ray skips a preload module it cannot import (a log line in the worker's log): each must import.
-    for name in env["RAY_preload_python_modules"].split(","):
+    # Ray skips a preload module it cannot import (a log line in the worker's log): each must import. The last
+    # freezes the importing process's heap (tests/serve_app/test_preload_gc.py runs it in a process of its own).
+    *imports, freeze = env["RAY_preload_python_modules"].split(",")
+    for name in imports:
         importlib.import_module(name)
+    assert freeze == "serve_app.preload_gc" and importlib.util.find_spec(freeze) is not None
     assert cluster_cpus(8, 24) == 24  # the raylet prestarts one worker per logical CPU
     assert startup_concurrency(8, 24) == 24  # the simulator's start queue then runs as many at once
     assert warm_pool_env(0) == {}

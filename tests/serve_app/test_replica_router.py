@@ -10,6 +10,7 @@ from typing import NamedTuple
 import httpx
 import pytest
 from ray import serve
+from ray.serve._private.request_router.request_router import RequestRouter
 
 from engines.protocol import GenerationRequest, SamplingParams
 from serve_app.app import build_app
@@ -70,6 +71,47 @@ def test_calls_without_a_prompt_count_as_no_prefill_work():
     )
 
     assert router._sent["a"]["x"][0] == 0
+
+
+def _backing_off_router(monkeypatch: pytest.MonkeyPatch, replicas: list[str]) -> LeastPrefillRequestRouter:
+    """A router whose routing tasks would sleep a minute between attempts, holding ``replicas``. Serve's own
+    ``update_replicas`` (long-poll plumbing, queue-length probes) is replaced by its one effect our hook reads."""
+
+    def serve_update(self, new):
+        self._replicas = {r.replica_id: r for r in new}
+
+    monkeypatch.setattr(RequestRouter, "update_replicas", serve_update)
+    router = _router(prefill_tokens_per_s=1.0)
+    router.initial_backoff_s, router.backoff_multiplier, router.max_backoff_s = 60.0, 2.0, 60.0
+    router._lazily_fetched_loop = None
+    router._replicas = {r: SimpleNamespace(replica_id=r) for r in replicas}
+    return router
+
+
+async def _backoff_after(router: LeastPrefillRequestRouter, replicas: list[str]) -> bool:
+    """Whether a routing task sleeping in its backoff is up once the long poll has brought ``replicas``."""
+    sleeping = asyncio.create_task(router._backoff(attempt=3))
+    await asyncio.sleep(0)  # the task is now waiting
+    router.update_replicas([SimpleNamespace(replica_id=r) for r in replicas])
+    for _ in range(5):  # the wake-up is scheduled on the loop: a few turns of it, no wall-clock wait
+        await asyncio.sleep(0)
+    woken = sleeping.done()
+    sleeping.cancel()
+    return woken
+
+
+def test_a_new_replica_wakes_the_routing_tasks_sleeping_in_their_backoff(monkeypatch):
+    # Under a spike every replica is full and Serve's routing tasks sleep up to max_backoff_s between attempts; a
+    # replica the autoscaler just started waited out those sleeps (0.13-0.43 s on the step) for its first request.
+    router = _backing_off_router(monkeypatch, ["a"])
+
+    assert asyncio.run(_backoff_after(router, ["a", "b"])) is True
+
+
+def test_the_same_replicas_or_fewer_leave_the_backoff_alone(monkeypatch):
+    # A router lives on one event loop: a fresh one for each case.
+    assert asyncio.run(_backoff_after(_backing_off_router(monkeypatch, ["a", "b"]), ["a", "b"])) is False
+    assert asyncio.run(_backoff_after(_backing_off_router(monkeypatch, ["a", "b"]), ["a"])) is False
 
 
 def test_the_variant_config_selects_the_router_and_passes_its_prefill_rate(default_app_args):
