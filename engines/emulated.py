@@ -125,6 +125,12 @@ class EmulatedEngine(Engine):
 
     # ---------------------------------------------------------------- lifecycle
 
+    @property
+    def expected_startup_s(self) -> float:
+        """How long :meth:`start` takes: the profile's cold start, scaled (its tokenizer loads in a fraction of a
+        second). A serving replica tells the routers when it will serve from this."""
+        return self.profile.startup_s * self.config.startup_time_scale
+
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._timer = IterationTimer(self._loop, self._end_iteration)

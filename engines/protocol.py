@@ -198,6 +198,9 @@ class EngineStats:
     context_length: int = 0
     max_running_requests: int = 0
     registered_requests: int = -1  # requests the engine still tracks (0 when idle; more means a leak); -1: unknown
+    # Posted once by a replica whose engine is still starting (context_length 0): seconds from that post until it
+    # expects to serve (0.0: not starting, or no estimate). The router counts its slots from then (router.load).
+    starting_ready_in_s: float = 0.0
 
     @property
     def kv_used_fraction(self) -> float:

@@ -95,6 +95,9 @@ class Load:
     # How far the running sequences' remaining work spreads about ``decode_tokens_left`` (its standard deviation over
     # the ingress's own decoding requests); None: unknown, taken as spread evenly from none left to twice the mean.
     decode_tokens_left_sd: float | None = None
+    # A slot is certain by then however long the running sequences take: replicas being started will serve by then
+    # with room for this request (router.load); inf: none counted.
+    slot_by_ms: float = math.inf
 
     @property
     def batch_when_running(self) -> float:
@@ -546,6 +549,8 @@ class LatencyModel:
                 load.waiting_for_slot, running, tokens_left, mean_output_tokens, load.decode_tokens_left_sd
             )
             slot_wait = tokens * tpot_running / running
+            if slot_wait > load.slot_by_ms:
+                slot_wait = load.slot_by_ms
         prefill = (prompt_tokens + load.queued_prompt_tokens) * ms_per_token
         return base + slow * (prefill + steps * (batch_ms + context_ms)) + slot_wait + load.startup_ms, tpot
 
@@ -570,6 +575,8 @@ class LatencyModel:
             * tpot
             / running
         )
+        if slot_wait > load.slot_by_ms:
+            slot_wait = load.slot_by_ms
         prefill = (prompt_tokens + load.queued_prompt_tokens) * ms_per_token
         step = self._batch_step_ms(load.batch_when_running, load.context_tokens + prompt_tokens)
         return base + self.slowdown(load, prompt_tokens) * (prefill + steps * step) + slot_wait + load.startup_ms

@@ -25,6 +25,7 @@ never less than the prompts of the ingress's own requests that are decoding (:fu
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 from router.config import RouterConfig
@@ -67,6 +68,20 @@ def replica_load(view: VariantView, config: RouterConfig) -> Load:
     free = capacity - running
     # Serve sends a request to a replica with room when one has it, so any free slot is the request's.
     waiting_for_slot = 0.0 if queued < free else (queued - free) / replicas + 1.0
+    # Replicas being started add their slots when they serve: a request that finds every slot taken waits for the
+    # first of the running sequences to finish or for them, whichever is sooner, while the requests queued ahead of
+    # it leave one of their slots for it. Without this the router refused, during a step's scale-up, the very
+    # requests the replicas about to serve could take in time (docs/autoscaling.md, session 21).
+    slot_by_ms = math.inf
+    starting = view.starting_replicas
+    if (
+        waiting_for_slot
+        and ready
+        and starting
+        and view.starting_ready_in_ms > 0.0
+        and queued - free < starting * slots_per_replica
+    ):
+        slot_by_ms = view.starting_ready_in_ms
 
     # Prefill work ahead: the report less what was prefilled since, plus what was sent after it, and never
     # less than the prompts of own requests without a first token (queued_prompt_tokens, the long form).
@@ -99,6 +114,7 @@ def replica_load(view: VariantView, config: RouterConfig) -> Load:
         view.recent_tpot_ms if pace else 0.0,  # measured_tpot_ms
         view.recent_decode_batch / replicas if pace else 0.0,  # measured_batch
         view.decode_tokens_left_sd,
+        slot_by_ms,
     )
 
 

@@ -277,6 +277,8 @@ class _Judge:
                 load.decode_tokens_left_sd,
             )
             slot_wait = slot_tokens * tpot_running / running
+            if slot_wait > load.slot_by_ms:  # replicas starting with room for it serve sooner (router.load)
+                slot_wait = load.slot_by_ms
         queued_prompt_tokens = load.queued_prompt_tokens
         ttft = (
             base

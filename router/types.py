@@ -100,6 +100,8 @@ class VariantView:
     # The optional sampling fields its backend implements (EngineConfig.sampling_fields()); None: every one.
     sampling_fields: frozenset[str] | None = None
     starting_replicas: int = 0  # replicas being started (scaling up), not serving yet
+    # Beside ready replicas: ms until the starting ones are expected to serve (0.0: no estimate, not counted).
+    starting_ready_in_ms: float = 0.0
     queued_requests: int = 0
     running_requests: int = 0
     queued_prompt_tokens: int = 0

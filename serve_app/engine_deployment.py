@@ -20,6 +20,11 @@ from serve_app.stats_board import STATS_PERIOD_S
 
 logger = logging.getLogger("ray.serve")
 
+# From the engine's start returning to the replica's first request, on a busy 2-core machine during a step: Serve's
+# start-up collection, first health check and control-loop tick, the long poll to the ingresses and their routing
+# tasks (0.3 s at the median, 0.45 s at most; results/spike/starts_s21/REPORT.md).
+SERVING_AFTER_ENGINE_START_S = 0.5
+
 
 class EngineDeployment:
     """Bound once per variant by ``serve_app.app.build_app`` with that variant's deployment options."""
@@ -34,10 +39,11 @@ class EngineDeployment:
         self.engine = make_engine(engine_config)
         self._latency = RecentLatency()  # recent TTFT/TPOT, for the autoscaling policy
         self._redirected = 0.0  # requests spilled or shed away from this variant (router.redirect), via the board
-        await self.engine.start()
         self._board = board
-        self._metrics = EngineMetrics(self.variant.name)
         self._replica = serve.get_replica_context().replica_id.unique_id
+        await self._post_starting()
+        await self.engine.start()
+        self._metrics = EngineMetrics(self.variant.name)
         self._poster = asyncio.create_task(self._post_stats_forever())
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[Delta]:
@@ -71,6 +77,18 @@ class EngineDeployment:
 
     async def check_health(self) -> None:
         await self.engine.check_health()
+
+    async def _post_starting(self) -> None:
+        """Tells the ingresses, through the board, when this replica expects to serve, where its engine knows how long
+        its start takes: their routers count its batch slots from then (``router.load``), so that during a
+        scale-up they admit what it can serve in time instead of refusing it. Best effort, bounded: a start never
+        waits on the board."""
+        expected_s = getattr(self.engine, "expected_startup_s", None)
+        if not expected_s:
+            return
+        stats = EngineStats(starting_ready_in_s=expected_s + SERVING_AFTER_ENGINE_START_S)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._board.post.remote(self.variant.name, self._replica, stats), timeout=1.0)
 
     async def _post_stats_forever(self) -> None:
         while True:

@@ -113,7 +113,9 @@ class HttpRoutes:
         snapshot = await self._variant_stats()
         out = []
         for v in config.variants:
-            replicas = snapshot.get(v.name, [])
+            posted = snapshot.get(v.name, [])
+            # A starting replica posts once, with no context length yet (EngineStats.starting_ready_in_s).
+            replicas = [r for r in posted if r.stats.context_length]
             out.append(
                 {
                     "name": v.name,
@@ -121,10 +123,11 @@ class HttpRoutes:
                     "model": v.engine.model,
                     "sampling_fields": sorted(v.engine.sampling_fields()),  # docs/openai-api.md
                     "replicas": len(replicas),
+                    "starting_replicas": len(posted) - len(replicas),
                     "running_requests": sum(r.stats.running_requests for r in replicas),
                     "queued_requests": sum(r.stats.queued_requests for r in replicas),
                     "tokens_per_s": round(sum(r.stats.tokens_per_s for r in replicas), 1),
-                    "replica_stats": [r.as_json() for r in replicas],
+                    "replica_stats": [r.as_json() for r in posted],
                 }
             )
         return {"model": config.model_name, "variants": out}

@@ -14,7 +14,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from router import Decision, Prediction, Reason, RequestFeatures, RouterState, VariantView, route
@@ -32,7 +32,30 @@ REFRESH_PERIOD_S = 0.1
 _UNKNOWN_CONTEXT = 1 << 30  # never reported: assume it could hold the request, so the answer is "unavailable"
 
 
-__all__ = ["REFRESH_PERIOD_S", "RouteTicket", "RoutingTable"]
+# A starting replica later than it said by this much is no longer counted on: its start is slow or failed.
+STARTING_OVERDUE_S = 2.0
+
+
+__all__ = ["REFRESH_PERIOD_S", "RouteTicket", "RoutingTable", "starting_ready_in_ms", "starting_serves_at"]
+
+
+def starting_serves_at(snapshot: dict[str, list[ReplicaReport]], now: float) -> dict[str, list[float]]:
+    """Per variant, when each of its starting replicas that posted an estimate expects to serve (monotonic s)."""
+    out: dict[str, list[float]] = {}
+    for name, replicas in snapshot.items():
+        for r in replicas:
+            if not r.stats.context_length and r.stats.starting_ready_in_s > 0.0:
+                out.setdefault(name, []).append(now - r.age_s + r.stats.starting_ready_in_s)
+    return out
+
+
+def starting_ready_in_ms(serves_at: Iterable[float], now: float) -> tuple[int, float]:
+    """``(replicas, ms until the last of them serves)`` of a variant's starting replicas, leaving out any overdue
+    by :data:`STARTING_OVERDUE_S`; one due now counts from the next refresh (the earliest its report can arrive)."""
+    due = [at for at in serves_at if now - at < STARTING_OVERDUE_S]
+    if not due:
+        return 0, 0.0
+    return len(due), max(max(due) - now, REFRESH_PERIOD_S) * 1000.0
 
 
 class RoutingTable:
@@ -55,6 +78,8 @@ class RoutingTable:
         self._redirected = RedirectedDemand()
         self._published: dict[str, float] = {}
         self._snapshot: dict[str, list[ReplicaReport]] = {}
+        # When each variant's starting replicas expect to serve (monotonic s), those that said (starting_serves_at).
+        self._starting: dict[str, list[float]] = {}
         self._variants = {v.name: v for v in config.variants}
         self._models = {v.name: new_latency_model(v.latency_profile, config.router) for v in config.variants}
         # The requests this table routed, in flight: the pipeline reports their first token, progress and close to
@@ -75,6 +100,7 @@ class RoutingTable:
         # A replica that reports no context length yet is still starting: not ready to route to.
         ready = {name: [r for r in replicas if r.stats.context_length] for name, replicas in snapshot.items()}
         self._snapshot = {name: replicas for name, replicas in ready.items() if replicas}
+        self._starting = starting_serves_at(snapshot, now)
         for name, replicas in self._snapshot.items():
             self._known_context[name] = min(r.stats.context_length for r in replicas)
             # The oldest replica's figures date the sum: requests sent since may be in none of them.
@@ -137,12 +163,15 @@ class RoutingTable:
                 continue
             stats = [r.stats for r in replicas]
             pace_ms, pace_batch = decode_pace((s.recent_tpot_ms, s.recent_decode_batch) for s in stats)
+            starting, ready_in_ms = starting_ready_in_ms(self._starting.get(name, ()), now)
             view = VariantView(
                 name=name,
                 context_length=min(s.context_length for s in stats),
                 quality=variant.quality,
                 cost_per_1k_tokens=variant.cost_per_1k_tokens,
                 ready_replicas=len(replicas),
+                starting_replicas=starting,
+                starting_ready_in_ms=ready_in_ms,
                 max_running_requests=max(1, min(s.max_running_requests for s in stats)),
                 latency=self._models[name],
                 sampling_fields=variant.engine.sampling_fields(),

@@ -77,7 +77,8 @@ class StatsBoard:
         out: dict[str, list[ReplicaReport]] = {}
         for (variant, replica), (posted, stats) in list(self._entries.items()):
             age = now - posted
-            if age > STALE_AFTER_S:
+            # A starting replica posts once (EngineStats.starting_ready_in_s) and then nothing until it serves.
+            if age > STALE_AFTER_S + stats.starting_ready_in_s:
                 del self._entries[(variant, replica)]
                 continue
             out.setdefault(variant, []).append(ReplicaReport(replica, age, stats))

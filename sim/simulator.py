@@ -30,7 +30,7 @@ from router.load import decode_pace
 from router.redirect import RedirectedDemand, redirected_from
 from router.rejections import rejection_class
 from serve_app.config import AutoscalingSpec, ReplicaChoice
-from serve_app.routing import REFRESH_PERIOD_S
+from serve_app.routing import REFRESH_PERIOD_S, starting_ready_in_ms
 from serve_app.stats_board import STATS_PERIOD_S
 from sim.autoscaler import Policy, SimAutoscaler
 from sim.deployment import SimDeployment
@@ -252,7 +252,7 @@ class Simulation:
         """An ingress's views: its periodic stats snapshot with its own live in-flight counts."""
         if now - ingress.snapshot_s >= self.snapshot_period_s:
             ingress.snapshot_s = now
-            ingress.snapshot = {name: self._snapshot_view(name, ingress) for name in self.variants}
+            ingress.snapshot = {name: self._snapshot_view(name, ingress, now) for name in self.variants}
             # The oldest report dates the sum: requests sent since may be in none of them (RoutingTable.refresh).
             ingress.report_at = {
                 name: min((r.report.at_s for r in d.ready if r.report is not None), default=now)
@@ -260,8 +260,9 @@ class Simulation:
             }
         return [ingress.book.annotate(v, now, ingress.report_at[v.name]) for v in ingress.snapshot.values()]
 
-    def _snapshot_view(self, name: str, ingress: SimIngress) -> VariantView:
-        """A variant as the stats board shows it: the sum of its ready replicas' last reports."""
+    def _snapshot_view(self, name: str, ingress: SimIngress, now: float) -> VariantView:
+        """A variant as the stats board shows it: the sum of its ready replicas' last reports, and when its starting
+        ones will serve (which the real ones post as they start: RoutingTable.refresh)."""
         variant = self.variants[name]
         deployment = self.deployments[name]
         ready = deployment.ready
@@ -276,6 +277,9 @@ class Simulation:
             max_running_requests=variant.profile.max_running_requests,
             latency=ingress.models[name],
             starting_replicas=deployment.starting,
+            starting_ready_in_ms=starting_ready_in_ms(
+                (r.ready_s for r in deployment.replicas if r.state is ReplicaState.STARTING), now
+            )[1],
             queued_requests=sum(p.queued for p in reports),
             running_requests=sum(p.running for p in reports),
             queued_prompt_tokens=sum(p.queued_prompt_tokens for p in reports),

@@ -300,3 +300,10 @@ async def test_a_first_token_that_is_half_a_character_does_not_hold_the_text_bac
     assert deltas[0].text == "" and deltas[0].token_ids
     assert deltas[1].text and len(deltas[1].token_ids) == 1  # the next step's token alone, with the text
     assert len(deltas) == 3 and len(deltas[2].token_ids) == 28  # the rest: 28 steps of 20 ms, within the second
+
+
+def test_it_knows_how_long_its_start_takes_before_starting():
+    # A serving replica posts it as it starts, so that routers count its slots from then (router.load).
+    config = EmulatedEngineConfig(preset="h200-llama-3.1-8b-int4", startup_time_scale=0.1)
+
+    assert EmulatedEngine(config).expected_startup_s == pytest.approx(PRESETS["h200-llama-3.1-8b-int4"].startup_s * 0.1)

@@ -68,6 +68,7 @@ def view(rng: random.Random, index: int, latency: LatencyModel, quality: float) 
         cost_per_1k_tokens=rng.choice([0.01, 0.02, 0.05, 0.1]),
         ready_replicas=ready,
         starting_replicas=rng.choice([0, 0, 1]),
+        starting_ready_in_ms=(0.0, 400.0, 3000.0)[index % 3],  # not drawn: the cases' other draws stay as they were
         max_running_requests=rng.choice([1, 8, 64, 128]),
         latency=latency,
         sampling_fields=rng.choice([None, None, frozenset(), frozenset(FIELDS[:1]), frozenset(FIELDS)]),

@@ -8,6 +8,7 @@ weights, so that a stale per-snapshot cache on the fast path cannot hide here. D
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 from router.baselines import BASELINES
@@ -68,6 +69,10 @@ def replica_load(view: VariantView, config: RouterConfig) -> Load:
     free = capacity - running
     # Serve sends a request to a replica with room when one has it, so any free slot is the request's.
     waiting_for_slot = 0.0 if queued < free else (queued - free) / replicas + 1.0
+    # Starting replicas with room for the request (the ones queued ahead take their slots first) serve it by then.
+    room_on_starting = queued - free < view.starting_replicas * slots_per_replica
+    counted = ready and view.starting_ready_in_ms > 0.0 and room_on_starting
+    slot_by_ms = view.starting_ready_in_ms if waiting_for_slot > 0.0 and counted else math.inf
 
     # Prefill work ahead: the report less what was prefilled since, plus what was sent after it, and never
     # less than the prompts of own requests without a first token (queued_prompt_tokens, the long form).
@@ -98,6 +103,7 @@ def replica_load(view: VariantView, config: RouterConfig) -> Load:
         context_tokens=float(context if context > 0 else 0) / replicas,
         measured_tpot_ms=view.recent_tpot_ms if pace else 0.0,
         measured_batch=view.recent_decode_batch / replicas if pace else 0.0,
+        slot_by_ms=slot_by_ms,
     )
 
 

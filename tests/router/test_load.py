@@ -3,6 +3,9 @@ replicas that are starting, and the queue bound a request accepts."""
 
 from __future__ import annotations
 
+import dataclasses
+import math
+
 import pytest
 
 from router import RouterConfig
@@ -60,6 +63,32 @@ def test_starting_replicas_serve_only_where_waiting_is_allowed_and_carry_the_sta
     assert serving_replicas(starting, RouterConfig(wait_for_starting_replicas=False)) == 0
     assert serving_replicas(starting, RouterConfig(wait_for_starting_replicas=True)) == 2
     assert replica_load(starting, RouterConfig(replica_startup_ms=1234.0)).startup_ms == 1234.0
+
+
+def test_replicas_about_to_serve_bound_the_wait_for_a_slot_while_they_have_room_for_the_request():
+    # Two ready replicas of 16 slots, all taken, 6 queued; two more starting, due in 50 ms with 32 slots between them.
+    full = dict(ready_replicas=2, running_requests=32, queued_requests=6)
+    load = replica_load(big(**full, starting_replicas=2, starting_ready_in_ms=50.0), CONFIG)
+
+    assert load.slot_by_ms == 50.0
+    assert load.waiting_for_slot == 4  # the wait for a running sequence to finish is what it was
+    model = big().latency
+    no_wait = model.predict_ttft_ms(100, dataclasses.replace(load, waiting_for_slot=0.0))
+    assert model.predict_ttft_ms(100, load) == pytest.approx(no_wait + 50.0)
+    assert model.predict_request(100, load)[0] == pytest.approx(no_wait + 50.0)
+
+
+@pytest.mark.parametrize(
+    "view",
+    [
+        big(ready_replicas=2, running_requests=32, queued_requests=40, starting_replicas=2, starting_ready_in_ms=50.0),
+        big(ready_replicas=2, running_requests=32, queued_requests=6, starting_replicas=2),  # no estimate posted
+        big(ready_replicas=2, running_requests=20, starting_replicas=2, starting_ready_in_ms=50.0),  # a slot is free
+    ],
+    ids=["the-queue-ahead-fills-them", "no-estimate", "no-wait"],
+)
+def test_starting_replicas_bound_nothing_without_room_an_estimate_or_a_wait(view):
+    assert replica_load(view, CONFIG).slot_by_ms == math.inf
 
 
 @pytest.mark.parametrize(

@@ -219,16 +219,20 @@ async def test_a_client_that_goes_away_mid_stream_aborts_the_engine_request_and_
 
 def test_variants_and_health():
     h = harness(auth=_keys(admin=False))
-    report = ReplicaReport("tiny-1", 0.25, EngineStats(running_requests=2, queued_requests=1, tokens_per_s=10.04))
-    stats = {"tiny": [report]}
+    ready = EngineStats(running_requests=2, queued_requests=1, tokens_per_s=10.04, context_length=1024)
+    report = ReplicaReport("tiny-1", 0.25, ready)
+    starting = ReplicaReport("tiny-2", 1.0, EngineStats(starting_ready_in_s=6.0))  # its engine is still starting
+    stats = {"tiny": [report, starting]}
     with _client(h, stats) as c:
         assert c.get("/health").json() == {"status": "ok"}
         assert c.get("/variants", headers={"authorization": f"Bearer {KEY}"}).status_code == 403
     h = harness()
     with _client(h, stats) as c:
         tiny = c.get("/variants").json()["variants"][0]
-    assert (tiny["name"], tiny["replicas"], tiny["running_requests"], tiny["tokens_per_s"]) == ("tiny", 1, 2, 10.0)
-    assert tiny["replica_stats"] == [{"replica": "tiny-1", "age_s": 0.25, **dataclasses.asdict(report.stats)}]
+    assert (tiny["name"], tiny["replicas"], tiny["starting_replicas"]) == ("tiny", 1, 1)
+    assert (tiny["running_requests"], tiny["tokens_per_s"]) == (2, 10.0)
+    assert tiny["replica_stats"][0] == {"replica": "tiny-1", "age_s": 0.25, **dataclasses.asdict(report.stats)}
+    assert tiny["replica_stats"][1]["starting_ready_in_s"] == 6.0
 
 
 def test_an_unknown_route_answers_in_openais_error_shape():

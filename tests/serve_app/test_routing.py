@@ -11,8 +11,8 @@ import yaml
 from engines.protocol import EngineStats
 from router import SLO, Reason, RequestFeatures
 from serve_app.config import load_app_config
-from serve_app.routing import RoutingTable
-from serve_app.stats_board import ReplicaReport
+from serve_app.routing import REFRESH_PERIOD_S, STARTING_OVERDUE_S, RoutingTable, starting_ready_in_ms
+from serve_app.stats_board import STALE_AFTER_S, ReplicaReport, StatsBoard
 from tests.conftest import REPO
 
 
@@ -163,6 +163,45 @@ async def test_a_variant_without_a_ready_replica_is_starting_not_gone(table):
     decision = table.decide(long_prompt)
     assert (decision.variant, decision.reason) == (None, Reason.REJECTED_UNAVAILABLE)
     assert table.decide(RequestFeatures(prompt_tokens=20, max_tokens=8)).variant == "tiny"
+
+
+async def test_replicas_starting_beside_ready_ones_count_from_when_they_said_they_would_serve(table):
+    starting = dict(context_length=0, max_running_requests=0, starting_ready_in_s=5.0)
+    snapshot = {
+        "tiny": [
+            _replica("a", running_requests=16),
+            ReplicaReport("b", 1.0, dataclasses.replace(_replica("b").stats, **starting)),  # posted 1 s ago
+            ReplicaReport("c", 3.0, dataclasses.replace(_replica("c").stats, **starting)),
+            _replica("d", context_length=0, max_running_requests=0),  # starting, no estimate: not counted
+        ]
+    }
+
+    async def board():
+        return snapshot
+
+    table._snapshot_fn = board
+    await table.refresh()
+    tiny = next(v for v in table.views() if v.name == "tiny")
+    assert (tiny.ready_replicas, tiny.starting_replicas) == (1, 2)
+    assert tiny.starting_ready_in_ms == pytest.approx(4000.0, abs=50.0)  # the later of the two: b's, 4 s from now
+
+
+def test_a_starting_replica_is_counted_until_it_is_overdue_and_one_due_now_from_the_next_refresh():
+    now = 100.0
+
+    assert starting_ready_in_ms([], now) == (0, 0.0)
+    assert starting_ready_in_ms([now + 2.0, now + 0.5], now) == (2, pytest.approx(2000.0))
+    assert starting_ready_in_ms([now - 0.5], now) == (1, REFRESH_PERIOD_S * 1000.0)
+    assert starting_ready_in_ms([now - STARTING_OVERDUE_S - 0.1], now) == (0, 0.0)
+
+
+async def test_the_board_keeps_a_starting_replicas_single_post_until_it_is_due():
+    board = StatsBoard.func_or_class()
+    await board.post("tiny", "a", EngineStats(starting_ready_in_s=60.0))
+    await board.post("tiny", "b", EngineStats())
+    board._entries = {key: (posted - STALE_AFTER_S - 1.0, stats) for key, (posted, stats) in board._entries.items()}
+
+    assert [r.replica for r in (await board.snapshot())["tiny"]] == ["a"]
 
 
 def test_ticket_headers_and_unstarted_prompts_show_in_the_views(table):

@@ -168,5 +168,5 @@ def test_the_router_sees_a_variant_as_its_replicas_last_reported_it():
     replica = sim.deployments["a"].replicas[0]
 
     assert replica.report is not None and replica.report.at_s < 1000.0
-    view = sim._snapshot_view("a", sim.ingresses[0])
+    view = sim._snapshot_view("a", sim.ingresses[0], 0.0)
     assert view.running_requests == replica.report.running and view.queued_requests == replica.report.queued
