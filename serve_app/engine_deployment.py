@@ -41,7 +41,8 @@ class EngineDeployment:
         self._redirected = 0.0  # requests spilled or shed away from this variant (router.redirect), via the board
         self._board = board
         self._replica = serve.get_replica_context().replica_id.unique_id
-        await self._post_starting()
+        # Beside the engine's start, not before it: at a first deploy the board may not serve yet.
+        self._starting_post = asyncio.create_task(self._post_starting())
         await self.engine.start()
         self._metrics = EngineMetrics(self.variant.name)
         self._poster = asyncio.create_task(self._post_stats_forever())
@@ -91,6 +92,7 @@ class EngineDeployment:
             await asyncio.wait_for(self._board.post.remote(self.variant.name, self._replica, stats), timeout=1.0)
 
     async def _post_stats_forever(self) -> None:
+        await self._starting_post  # bounded; so that the starting post never lands after the first stats
         while True:
             try:
                 stats = self.stats()
