@@ -127,8 +127,7 @@ class EmulatedEngine(Engine):
 
     @property
     def expected_startup_s(self) -> float:
-        """How long :meth:`start` takes: the profile's cold start, scaled (its tokenizer loads in a fraction of a
-        second). A serving replica tells the routers when it will serve from this."""
+        """The profile's cold start, scaled (its tokenizer loads in a fraction of a second)."""
         return self.profile.startup_s * self.config.startup_time_scale
 
     async def start(self) -> None:

@@ -286,3 +286,9 @@ class Engine(abc.ABC):
     @abc.abstractmethod
     def context_length(self) -> int:
         """The longest sequence (prompt + output) this engine accepts."""
+
+    @property
+    def expected_startup_s(self) -> float:
+        """How long :meth:`start` is expected to take (0.0: not known). A serving replica tells the routers when it
+        will serve from this (serve_app/engine_deployment.py)."""
+        return 0.0

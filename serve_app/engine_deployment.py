@@ -84,7 +84,7 @@ class EngineDeployment:
         its start takes: their routers count its batch slots from then (``router.load``), so that during a
         scale-up they admit what it can serve in time instead of refusing it. Best effort, bounded: a start never
         waits on the board."""
-        expected_s = getattr(self.engine, "expected_startup_s", None)
+        expected_s = self.engine.expected_startup_s
         if not expected_s:
             return
         stats = EngineStats(starting_ready_in_s=expected_s + SERVING_AFTER_ENGINE_START_S)
