@@ -227,13 +227,21 @@ class HttpRoutes:
                     yield shape.sse_chunk(echo, None)
                 if first.readable:
                     yield shape.sse_chunk(first.text, openai_finish_reason(first.finish_reason), first.logprobs)
+                # The finishing delta's chunk waits for the run to end (it returns right after yielding it) and
+                # leaves with the usage chunk and [DONE] as one write: each message costs the ingress a send and
+                # a loop turn whatever its size, and a stream of ~30 messages had three at its end.
+                tail = b""
                 async for delta in run:
                     if delta.readable:
-                        yield shape.sse_chunk(delta.text, openai_finish_reason(delta.finish_reason), delta.logprobs)
+                        chunk = shape.sse_chunk(delta.text, openai_finish_reason(delta.finish_reason), delta.logprobs)
+                        if delta.finish_reason is None:
+                            yield chunk
+                        else:
+                            tail = chunk
                 last = flight.last or first
                 if include_usage:
-                    yield sse(shape.usage_chunk(last.prompt_tokens, last.completion_tokens))
-                yield DONE
+                    tail += sse(shape.usage_chunk(last.prompt_tokens, last.completion_tokens))
+                yield tail + DONE
             except Exception as exc:  # after the first token: an error event, then [DONE]
                 failure = await self._pipeline.fail(flight, run, exc)  # aborted in the engine before the client is told
                 logger.warning("request %s failed mid-stream: %s", flight.request_id, failure.error)
@@ -298,10 +306,11 @@ class HttpRoutes:
                     raise item
                 if item.readable:
                     yield shape.sse_chunk(item.text, openai_finish_reason(item.finish_reason), item.logprobs, index)
+            tail = b""  # one write, as in _relay
             if include_usage:
                 lasts = [f.last or d for f, d in zip(flights, firsts, strict=True)]
-                yield sse(shape.usage_chunk(lasts[0].prompt_tokens, sum(d.completion_tokens for d in lasts)))
-            yield DONE
+                tail = sse(shape.usage_chunk(lasts[0].prompt_tokens, sum(d.completion_tokens for d in lasts)))
+            yield tail + DONE
         except Exception as exc:  # after the first token: an error event, then [DONE]
             failure = exc if isinstance(exc, RequestFailed) else self._pipeline.failure(exc)
             await _stop(flights, tasks, failure)  # every choice aborted in its engine before the client is told

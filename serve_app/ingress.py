@@ -25,6 +25,7 @@ from serve_app.limiter import SharedLimits
 from serve_app.metrics import IngressMetrics
 from serve_app.pipeline import Pipeline, server_timing
 from serve_app.prompting import PromptBuilder
+from serve_app.ray_compat import stream_handle_options
 from serve_app.routing import RoutingTable
 
 __all__ = ["Ingress", "app", "server_timing"]
@@ -63,7 +64,7 @@ class Ingress(HttpRoutes, GrpcRoutes):
         # request instead of one Ray object per delta; the per-object bookkeeping was most of the ingress's CPU
         # per token. Errors arrive the same way (RayTaskError; ActorUnavailableError for a replica gone).
         by_reference = parsed.ingress.engine_transport == "ray"
-        handles = {name: h.options(stream=True, _by_reference=by_reference) for name, h in variants.items()}
+        handles = {name: h.options(**stream_handle_options(by_reference, h.options)) for name, h in variants.items()}
         routing = RoutingTable(  # publish: the demand it redirects, for the variants' autoscalers
             parsed,
             lambda: board.snapshot.remote(),

@@ -19,6 +19,7 @@ from serve_app.ray_compat import (
     fixed_replicas,
     ray_version,
     ray_version_text,
+    stream_handle_options,
 )
 
 OLD, CURRENT = (2, 55), (2, 60)
@@ -136,3 +137,30 @@ def test_an_autoscaling_context_is_built_from_2_60s_arguments_on_this_ray():
     del fields["current_num_replicas"]
     with pytest.raises(TypeError):  # what every Ray requires stays required
         autoscaling_context(**fields)
+
+
+def test_engine_streams_choose_pickle_over_grpc_where_the_handle_takes_it():
+    def options_2_60(*, stream=None, _by_reference=None, request_serialization=None, response_serialization=None):
+        """DeploymentHandle.options of a Ray that lets a handle choose its serializer."""
+
+    def options_older(*, stream=None, _by_reference=None):
+        """One that does not."""
+
+    grpc = stream_handle_options(False, options_2_60)
+    assert grpc == {
+        "stream": True,
+        "_by_reference": False,
+        "request_serialization": "pickle",
+        "response_serialization": "pickle",
+    }
+    assert stream_handle_options(True, options_2_60) == {"stream": True, "_by_reference": True}
+    assert stream_handle_options(False, options_older) == {"stream": True, "_by_reference": False}
+
+
+def test_ray_2_60s_handles_take_the_serializer_option():
+    from ray.serve.handle import DeploymentHandle
+
+    if ray_version() < CURRENT:
+        pytest.skip("read on Ray 2.60's handle")
+
+    assert "response_serialization" in stream_handle_options(False, DeploymentHandle.options)

@@ -217,6 +217,53 @@ async def test_a_client_that_goes_away_mid_stream_aborts_the_engine_request_and_
     assert h.streams_held() == {"team": 0}
 
 
+async def test_a_streams_finishing_chunk_usage_and_done_leave_in_one_write():
+    h = harness(lambda r: answer(5, per_delta=2))
+
+    async def variant_stats() -> dict:
+        return {}
+
+    app = standalone_app(HttpRoutes(h.pipeline, variant_stats))
+    sent: list[dict] = []
+    body = {"model": MODEL, "prompt": "Hi", "max_tokens": 5, "stream": True, "stream_options": {"include_usage": True}}
+    payload, requested, finished = json.dumps(body).encode(), False, asyncio.Event()
+
+    async def receive() -> dict:
+        nonlocal requested
+        if not requested:
+            requested = True
+            return {"type": "http.request", "body": payload, "more_body": False}
+        await finished.wait()  # the client stays until the response ends
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+        if message["type"] == "http.response.body" and not message.get("more_body", False):
+            finished.set()
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/completions",
+        "raw_path": b"/v1/completions",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"content-type", b"application/json"), (b"authorization", f"Bearer {KEY}".encode())],
+        "client": ("127.0.0.1", 1234),
+        "server": ("testserver", 80),
+    }
+    await asyncio.wait_for(app(scope, receive, send), timeout=30)
+    bodies = [m["body"] for m in sent if m["type"] == "http.response.body" and m.get("body")]
+    assert [len(_events(b.decode())) for b in bodies] == [1, 1, 3]  # the last: its chunk, the usage, [DONE]
+    last = _events(bodies[-1].decode())
+    assert json.loads(last[0])["choices"][0] == {"index": 0, "text": "ab", "finish_reason": "length", "logprobs": None}
+    assert json.loads(last[1])["usage"]["completion_tokens"] == 5 and last[2] == "[DONE]"
+    _done(h, {"200": 1}, cancelled=False)
+
+
 def test_variants_and_health():
     h = harness(auth=_keys(admin=False))
     ready = EngineStats(running_requests=2, queued_requests=1, tokens_per_s=10.04, context_length=1024)
