@@ -85,6 +85,10 @@ class ScalingTargets:
     fallback_target_ongoing_requests: float = 16.0
     scale_ahead_s: float = 0.0  # predictive term: ask for the demand this far ahead while it rises (0: off)
     trend_window_s: float = 10.0  # the window its trend is fitted over
+    # How long an ask above the current target must hold before it is answered (Serve's upscale delay, held by the
+    # policy so that it can be shorter while the variant fails its SLO: held_upscale); 0: at once.
+    upscale_delay_s: float = 0.0
+    breaking_upscale_delay_s: float = 0.0
 
     def __post_init__(self) -> None:
         problems = []
@@ -94,8 +98,9 @@ class ScalingTargets:
             problems.append(f"target_kv_fraction must be in (0, 1], got {self.target_kv_fraction}")
         if not 0 <= self.slo_headroom < 1:
             problems.append(f"slo_headroom must be in [0, 1), got {self.slo_headroom}")
-        if self.scale_ahead_s < 0:
-            problems.append(f"scale_ahead_s must be >= 0, got {self.scale_ahead_s}")
+        for name in ("scale_ahead_s", "upscale_delay_s", "breaking_upscale_delay_s"):
+            if getattr(self, name) < 0:
+                problems.append(f"{name} must be >= 0, got {getattr(self, name)}")
         for name in ("target_queued_prompt_tokens", "fallback_target_ongoing_requests", "trend_window_s"):
             if getattr(self, name) <= 0:
                 problems.append(f"{name} must be > 0, got {getattr(self, name)}")
@@ -240,3 +245,28 @@ def scaled_ahead(
     if wanted <= decision.replicas:
         return decision
     return ScalingDecision(replicas=wanted, signal="trend", by_signal={**decision.by_signal, "trend": ahead})
+
+
+def slo_breaking(ctx: ScalingContext, decision: ScalingDecision) -> bool:
+    """Whether the variant fails requests now: the router sends demand that prefers it elsewhere or sheds it
+    (``redirected_requests``), or its busy replicas wait or decode beyond the SLO targets (the ``slo`` signal
+    asked). Either is a miss already happening, not a blip that may pass."""
+    return ctx.redirected_requests > _EPSILON or "slo" in decision.by_signal
+
+
+def held_upscale(
+    replicas: int, target_replicas: int, pending_since: float | None, now: float, delay_s: float
+) -> tuple[int, float | None]:
+    """Serve's upscale delay (``_apply_delay_logic`` in ray/serve/autoscaling_policy.py) as a pure step: an ask
+    above the current target is answered once asks above it have held for ``delay_s``; until then the target
+    stays. Returns the replicas to ask Serve for and when the pending rise began (None: none pends).
+
+    The policy keeps this delay instead of Serve (whose own upscale delay is then 0) so that the delay can depend
+    on why replicas are wanted: it exists to let a blip pass, and a variant whose requests are already refused
+    or late is not a blip. Serve keeps the downscale delay."""
+    if replicas <= target_replicas:
+        return replicas, None
+    since = now if pending_since is None else pending_since
+    if now - since + _EPSILON >= delay_s:
+        return replicas, None
+    return target_replicas, since

@@ -12,9 +12,10 @@ the pinned Ray version):
   ``AutoscalingSpec.to_serve_autoscaling_config``). Serve instantiates it once with the kwargs and
   calls it every control-loop tick with an ``AutoscalingContext``; it turns that into a
   :class:`~router.autoscaling.ScalingContext` and returns what
-  :func:`~router.autoscaling.desired_replicas` decides. Serve then applies its upscale/downscale
-  delays, scaling factors and min/max bounds to the answer, and starts replicas at once when a
-  variant at zero replicas has a request waiting at a handle.
+  :func:`~router.autoscaling.desired_replicas` decides, held for the upscale delay by the policy itself
+  (:func:`~router.autoscaling.held_upscale`: shorter while the SLO breaks; Serve's own upscale delay is
+  then 0). Serve then applies its downscale delay, scaling factors and min/max bounds to the answer, and
+  starts replicas at once when a variant at zero replicas has a request waiting at a handle.
 
 Serve pickles this module by value into its controller, so it imports nothing from Ray at module
 level and keeps its own helpers small.
@@ -28,7 +29,15 @@ from collections import deque
 from typing import Any
 
 from engines.protocol import Delta, EngineStats
-from router.autoscaling import ReplicaLoad, ScalingContext, ScalingTargets, desired_replicas, scaled_ahead
+from router.autoscaling import (
+    ReplicaLoad,
+    ScalingContext,
+    ScalingTargets,
+    desired_replicas,
+    held_upscale,
+    scaled_ahead,
+    slo_breaking,
+)
 
 # Serve's own logger: the policy runs in the controller, whose log collects it.
 logger = logging.getLogger("ray.serve")
@@ -168,25 +177,32 @@ def scaling_context(ctx: Any) -> ScalingContext:
 class EngineLoadPolicy:
     """Serve's custom autoscaling policy for a variant: ``policy_kwargs`` are :class:`ScalingTargets`.
 
-    Its only state is the recent demand (``(time, replicas asked)`` over ``trend_window_s``) for the predictive
-    term (``scale_ahead_s``); the time is the context's ``current_time`` (Serve's controller clock, or the
-    simulator's).
+    Its state is the recent demand (``(time, replicas asked)`` over ``trend_window_s``) for the predictive
+    term (``scale_ahead_s``) and when a pending rise began (the upscale delay it holds in place of Serve's:
+    ``held_upscale``); the time is the context's ``current_time`` (Serve's controller clock, or the simulator's).
     """
 
     def __init__(self, **targets: Any) -> None:
         self.targets = ScalingTargets(**targets)
         self._demand: deque[tuple[float, float]] = deque()
         self._last_asked: int | None = None
+        self._rise_since: float | None = None
 
     def __call__(self, ctx: Any) -> tuple[int, dict[str, Any]]:
         scaling = scaling_context(ctx)
         decision = desired_replicas(scaling, self.targets)
+        clock = getattr(ctx, "current_time", None)  # None: a context without Serve's clock
+        now = float(time.time() if clock is None else clock)
         if self.targets.scale_ahead_s > 0 and scaling.current_replicas > 0:
-            now = float(getattr(ctx, "current_time", None) or time.time())
             self._demand.append((now, max(decision.by_signal.values(), default=0.0)))
             while self._demand and self._demand[0][0] < now - self.targets.trend_window_s:
                 self._demand.popleft()
             decision = scaled_ahead(decision, list(self._demand), scaling, self.targets)
+        breaking = slo_breaking(scaling, decision)
+        delay_s = self.targets.breaking_upscale_delay_s if breaking else self.targets.upscale_delay_s
+        replicas, self._rise_since = held_upscale(
+            decision.replicas, scaling.target_replicas, self._rise_since, now, delay_s
+        )
         deployment = getattr(ctx, "deployment_name", None)  # None: not Serve's controller (the simulator's context)
         if decision.replicas != self._last_asked and deployment is not None:
             # Serve logs that its target changed, not why: this line in the controller's log says which signal asked
@@ -194,15 +210,17 @@ class EngineLoadPolicy:
             self._last_asked = decision.replicas
             asks = ", ".join(f"{name} {ask:.2f}" for name, ask in sorted(decision.by_signal.items()))
             logger.info(
-                "%s: %d -> %d replicas (%s; asks %s)",
+                "%s: %d -> %d replicas (%s; asks %s; upscale delay %g s%s)",
                 deployment,
                 scaling.target_replicas,
                 decision.replicas,
                 decision.signal,
                 asks or "none",
+                delay_s,
+                ", the SLO breaking" if breaking else "",
             )
         # Serve keeps its delay bookkeeping in the dict it merges this into.
-        return decision.replicas, {}
+        return replicas, {}
 
 
 POLICY_PATH = f"{__name__}:{EngineLoadPolicy.__name__}"

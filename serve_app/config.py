@@ -229,7 +229,19 @@ class AutoscalingSpec(StrictModel):
         "suits one-request-at-a-time models; an LLM replica batches many streams, so aim higher.",
     )
     upscale_delay_s: float = Field(
-        30.0, ge=0, description="How long load must stay above target before replicas are added."
+        30.0,
+        ge=0,
+        description="How long load must stay above target before replicas are added. With policy engine_load "
+        "the policy holds this delay itself (Serve's is then 0), so that breaking_upscale_delay_s can replace it.",
+    )
+    breaking_upscale_delay_s: float = Field(
+        0.0,
+        ge=0,
+        description="engine_load: the upscale delay while the variant already fails its SLO: the router spills or "
+        "sheds requests that prefer it, or its busy replicas wait or decode beyond ttft_target_ms / tpot_target_ms. "
+        "The delay lets a blip pass; misses happening now are not one, and each second of it is a second more "
+        "before new replicas serve. 0 (the default) adds replicas at once then; set it to upscale_delay_s to "
+        "wait as Serve does.",
     )
     downscale_delay_s: float = Field(
         600.0,
@@ -325,7 +337,8 @@ class AutoscalingSpec(StrictModel):
             "min_replicas": self.min_replicas,
             "max_replicas": self.max_replicas,
             "target_ongoing_requests": self.target_ongoing_requests,
-            "upscale_delay_s": self.upscale_delay_s,
+            # engine_load holds the upscale delay itself (router.autoscaling.held_upscale); Serve's would add to it.
+            "upscale_delay_s": 0.0 if self.policy == "engine_load" else self.upscale_delay_s,
             "downscale_delay_s": self.downscale_delay_s,
         }
         if self.initial_replicas is not None:
@@ -353,6 +366,8 @@ class AutoscalingSpec(StrictModel):
             "fallback_target_ongoing_requests": self.target_ongoing_requests,
             "scale_ahead_s": self.scale_ahead_s,
             "trend_window_s": self.trend_window_s,
+            "upscale_delay_s": self.upscale_delay_s,
+            "breaking_upscale_delay_s": self.breaking_upscale_delay_s,
         }
 
 

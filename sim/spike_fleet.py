@@ -56,6 +56,9 @@ class FleetVariant(BaseModel):
     cost_per_1k_tokens: float = Field(ge=0)
     max_ongoing_requests: int = Field(ge=1, description="Serve's per-replica cap on accepted requests.")
     upscale_delay_s: float = Field(ge=0)
+    breaking_upscale_delay_s: float = Field(
+        0.0, ge=0, description="Our policy's upscale delay while the variant fails its SLO (AutoscalingSpec's)."
+    )
     downscale_delay_s: float = Field(ge=0)
     target_ongoing_requests: float = Field(
         gt=0,
@@ -124,6 +127,7 @@ class SpikeFleet(BaseModel):
             "max_replicas": variant.max_replicas,
             "target_ongoing_requests": variant.target_ongoing_requests,
             "upscale_delay_s": variant.upscale_delay_s,
+            "breaking_upscale_delay_s": variant.breaking_upscale_delay_s,
             "downscale_delay_s": variant.downscale_delay_s,
             "look_back_period_s": self.look_back_period_s,
             "metrics_interval_s": self.metrics_interval_s,

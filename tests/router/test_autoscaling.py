@@ -10,8 +10,10 @@ from router.autoscaling import (
     ScalingTargets,
     demand_by_signal,
     desired_replicas,
+    held_upscale,
     rising_trend,
     scaled_ahead,
+    slo_breaking,
 )
 
 TARGETS = ScalingTargets(target_batch_utilization=0.75, target_queued_prompt_tokens=4096, target_kv_fraction=0.8)
@@ -276,3 +278,23 @@ def test_a_burst_on_a_fleet_that_held_the_window_is_not_projected_but_a_step_is(
         *(replica(max_running_requests=2, running_requests=2) for _ in range(3)), handle_queued_requests=1.1
     )
     assert scaled_ahead(desired_replicas(three, ahead), after, three, ahead).signal != "trend"
+
+
+def test_a_rise_is_answered_once_it_has_held_for_the_delay():
+    assert held_upscale(4, 2, None, 100.0, 1.0) == (2, 100.0)  # pending from now
+    assert held_upscale(5, 2, 100.0, 100.5, 1.0) == (2, 100.0)  # still held, since the first ask
+    assert held_upscale(5, 2, 100.0, 101.0, 1.0) == (5, None)  # held long enough
+    assert held_upscale(4, 2, None, 100.0, 0.0) == (4, None)  # no delay: at once
+    assert held_upscale(2, 2, 100.0, 100.5, 1.0) == (2, None)  # the ask fell back: the rise starts over
+    assert held_upscale(1, 2, 100.0, 100.5, 1.0) == (1, None)  # a fall passes (Serve's downscale delay holds it)
+
+
+def test_redirected_demand_or_the_slo_signal_means_the_slo_is_breaking():
+    busy = replica(running_requests=4, queued_requests=4, max_running_requests=4, queue_wait_ms=3000.0)
+    full = context(busy)
+
+    assert not slo_breaking(full, desired_replicas(full, TARGETS))  # full, but nothing missed yet
+    spilled = context(busy, redirected_requests=2.0)
+    assert slo_breaking(spilled, desired_replicas(spilled, TARGETS))
+    late = ScalingTargets(ttft_target_ms=2000.0)  # the oldest request has waited 3 s for its first token
+    assert slo_breaking(full, desired_replicas(full, late))

@@ -74,6 +74,33 @@ def test_the_engine_load_spec_hands_serve_our_policy_with_its_knobs():
     assert (policy.targets.target_batch_utilization, policy.targets.ttft_target_ms) == (0.5, 400)
 
 
+def test_engine_load_holds_the_upscale_delay_itself_and_serve_keeps_the_downscale_delay():
+    spec = AutoscalingSpec(upscale_delay_s=5, downscale_delay_s=60, breaking_upscale_delay_s=0.5)
+    config = AutoscalingConfig(**spec.to_serve_autoscaling_config())
+
+    assert (config.upscale_delay_s, config.downscale_delay_s) == (0.0, 60)
+    policy = config.policy.get_policy()(**config.policy.policy_kwargs)
+    assert (policy.targets.upscale_delay_s, policy.targets.breaking_upscale_delay_s) == (5, 0.5)
+    serves = AutoscalingConfig(**spec.model_copy(update={"policy": "ongoing_requests"}).to_serve_autoscaling_config())
+    assert serves.upscale_delay_s == 5  # Serve's own policy: Serve's own delay
+
+
+def test_a_rise_waits_out_the_upscale_delay_unless_the_variant_already_fails_its_slo():
+    busy = EngineStats(running_requests=4, queued_requests=8, max_running_requests=4)  # asks for 4 replicas
+
+    def asks(redirected: float, ttft_target_ms: float | None = None, wait_ms: float = 0.0) -> list[int]:
+        policy = EngineLoadPolicy(upscale_delay_s=2.0, ttft_target_ms=ttft_target_ms)
+        metrics = {}
+        for name, value in engine_metrics(busy, RecentLatency(), redirected).items():
+            metrics[name] = {_replica(0): value}
+        metrics[autoscaling.QUEUE_WAIT_MS] = {_replica(0): wait_ms}
+        return [policy(_ray_context(metrics, running=1, current_time=100.0 + t))[0] for t in (0.0, 1.0, 2.0)]
+
+    assert asks(redirected=0.0) == [1, 1, 4]  # a blip may pass: held for the delay, as Serve would
+    assert asks(redirected=3.0) == [4, 4, 4]  # the router already spills or sheds this variant's requests (max 4)
+    assert asks(redirected=0.0, ttft_target_ms=1000.0, wait_ms=2000.0) == [4, 4, 4]  # its requests wait too long
+
+
 def test_the_ongoing_requests_spec_keeps_serves_default_policy():
     config = AutoscalingConfig(**AutoscalingSpec(policy="ongoing_requests").to_serve_autoscaling_config())
 

@@ -481,7 +481,9 @@ def test_autoscaling_maps_onto_ray_serve_autoscaling_config():
         ray_config.target_ongoing_requests,
         ray_config.upscale_delay_s,
         ray_config.downscale_delay_s,
-    ) == (0, 1, 3, 12, 5, 120)
+    ) == (0, 1, 3, 12, 0, 120)
+    # The engine_load policy (the default) holds the upscale delay itself: Serve's would add to it.
+    assert ray_config.policy.policy_kwargs["upscale_delay_s"] == 5
 
 
 def test_ingress_options_are_accepted_by_ray_serve():

@@ -16,11 +16,12 @@ def ray_delay(desired: int, current: int, spec: AutoscalingSpec, state: dict, no
     policy = pytest.importorskip("ray.serve.autoscaling_policy")
     from ray.serve.config import AutoscalingConfig
 
+    serve_config = spec.to_serve_autoscaling_config()
     config = AutoscalingConfig(
         min_replicas=spec.min_replicas,
         max_replicas=spec.max_replicas,
-        upscale_delay_s=spec.upscale_delay_s,
-        downscale_delay_s=spec.downscale_delay_s,
+        upscale_delay_s=serve_config["upscale_delay_s"],
+        downscale_delay_s=serve_config["downscale_delay_s"],
     )
     decided, _ = policy._apply_delay_logic(desired, current, config, state, _now=now)
     return decided
@@ -35,15 +36,37 @@ def ray_delay(desired: int, current: int, spec: AutoscalingSpec, state: dict, no
         [3, 3, 2, 3, 3, 3],  # a pause at the current target resets too
     ],
 )
-def test_the_delay_mirror_agrees_with_serves_own(wants):
+@pytest.mark.parametrize("policy", ["engine_load", "ongoing_requests"])
+def test_the_delay_mirror_agrees_with_serves_own(wants, policy):
+    spec = SPEC.model_copy(update={"policy": policy})
     ours: dict = {}
     theirs: dict = {}
     target_ours = target_theirs = 2
     for tick, desired in enumerate(wants):
         now = 1000.0 + tick  # one decision a second
-        target_ours = apply_delay(desired, target_ours, SPEC, ours, now)
-        target_theirs = ray_delay(desired, target_theirs, SPEC, theirs, now)
+        target_ours = apply_delay(desired, target_ours, spec, ours, now)
+        target_theirs = ray_delay(desired, target_theirs, spec, theirs, now)
         assert target_ours == target_theirs, f"tick {tick}"
+
+
+@pytest.mark.parametrize("wants", [[5, 5, 5, 5, 5], [5, 5, 1, 5, 5, 5, 5], [3, 3, 2, 3, 3, 3], [3, 4, 5, 5, 5, 5]])
+def test_the_policys_own_upscale_delay_agrees_with_serves_for_a_rise(wants):
+    """engine_load holds the upscale delay (router.autoscaling.held_upscale) where Serve would: the same targets
+    under the same asks while the SLO holds. Downscales pass through it to Serve's delay, so a fall here is one
+    Serve holds with its downscale delay (in both)."""
+    from router.autoscaling import held_upscale
+
+    spec = SPEC.model_copy(update={"policy": "ongoing_requests"})  # Serve holding the upscale delay itself
+    serve_state: dict = {}
+    ours: dict = {}
+    since = None
+    target_serve = target_ours = 2
+    for tick, desired in enumerate(wants):
+        now = 1000.0 + tick
+        target_serve = ray_delay(desired, target_serve, spec, serve_state, now)
+        asked, since = held_upscale(desired, target_ours, since, now, SPEC.upscale_delay_s)
+        target_ours = ray_delay(asked, target_ours, SPEC, ours, now)  # Serve's config for engine_load: upscale 0
+        assert target_ours == target_serve, f"tick {tick}"
 
 
 def test_the_default_policy_mirror_agrees_with_serves_own():
