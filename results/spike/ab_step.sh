@@ -16,6 +16,6 @@ for i in $(seq 1 "$pairs"); do
     grep -E "attainment during" "$scratch-$run.log" | head -2 | sed "s/^/$run /" | tee -a "$here/summary.txt"
     cp "$scratch/$run/step/report.md" "$here/$run.md" 2>/dev/null
     cp "$scratch/$run/step/engine_load/starts.jsonl" "$here/$run-starts.jsonl" 2>/dev/null
-    mkdir -p "$here/records" && cp "$scratch/$run/step/engine_load/records.jsonl.gz" "$here/records/$run.jsonl.gz"
+    mkdir -p "$here/records" && gzip -c "$scratch/$run/step/engine_load/records.jsonl" > "$here/records/$run.jsonl.gz"
   done
 done

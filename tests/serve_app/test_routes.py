@@ -164,6 +164,24 @@ def test_an_engine_error_in_a_whole_answer_is_its_http_error():
     _done(h, {"503": 1}, cancelled=True)
 
 
+def _completion_scope() -> dict:
+    """An ASGI scope of a POST to /v1/completions with the test key."""
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/completions",
+        "raw_path": b"/v1/completions",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"content-type", b"application/json"), (b"authorization", f"Bearer {KEY}".encode())],
+        "client": ("127.0.0.1", 1234),
+        "server": ("testserver", 80),
+    }
+
+
 async def _stream_then_disconnect(app: Any, body: dict) -> list[dict]:
     """Calls ``app`` as an ASGI server would, and disconnects once the first body chunk has arrived."""
     sent: list[dict] = []
@@ -184,21 +202,7 @@ async def _stream_then_disconnect(app: Any, body: dict) -> list[dict]:
         if message["type"] == "http.response.body" and message.get("body"):
             first_chunk.set()
 
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0", "spec_version": "2.3"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": "/v1/completions",
-        "raw_path": b"/v1/completions",
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(b"content-type", b"application/json"), (b"authorization", f"Bearer {KEY}".encode())],
-        "client": ("127.0.0.1", 1234),
-        "server": ("testserver", 80),
-    }
-    await asyncio.wait_for(app(scope, receive, send), timeout=30)
+    await asyncio.wait_for(app(_completion_scope(), receive, send), timeout=30)
     return sent
 
 
@@ -241,21 +245,7 @@ async def test_a_streams_finishing_chunk_usage_and_done_leave_in_one_write():
         if message["type"] == "http.response.body" and not message.get("more_body", False):
             finished.set()
 
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0", "spec_version": "2.3"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": "/v1/completions",
-        "raw_path": b"/v1/completions",
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(b"content-type", b"application/json"), (b"authorization", f"Bearer {KEY}".encode())],
-        "client": ("127.0.0.1", 1234),
-        "server": ("testserver", 80),
-    }
-    await asyncio.wait_for(app(scope, receive, send), timeout=30)
+    await asyncio.wait_for(app(_completion_scope(), receive, send), timeout=30)
     bodies = [m["body"] for m in sent if m["type"] == "http.response.body" and m.get("body")]
     assert [len(_events(b.decode())) for b in bodies] == [1, 1, 3]  # the last: its chunk, the usage, [DONE]
     last = _events(bodies[-1].decode())
