@@ -331,14 +331,19 @@ class AutoscalingSpec(StrictModel):
         _raise_if_any(problems)
         return self
 
+    @property
+    def serve_upscale_delay_s(self) -> float:
+        """Serve's own upscale delay: 0 under engine_load, which holds ``upscale_delay_s`` itself
+        (router.autoscaling.held_upscale) and would otherwise wait it out twice."""
+        return 0.0 if self.policy == "engine_load" else self.upscale_delay_s
+
     def to_serve_autoscaling_config(self) -> dict[str, Any]:
         """Ray Serve's ``autoscaling_config`` (field names of ``ray.serve.config.AutoscalingConfig``)."""
         config: dict[str, Any] = {
             "min_replicas": self.min_replicas,
             "max_replicas": self.max_replicas,
             "target_ongoing_requests": self.target_ongoing_requests,
-            # engine_load holds the upscale delay itself (router.autoscaling.held_upscale); Serve's would add to it.
-            "upscale_delay_s": 0.0 if self.policy == "engine_load" else self.upscale_delay_s,
+            "upscale_delay_s": self.serve_upscale_delay_s,
             "downscale_delay_s": self.downscale_delay_s,
         }
         if self.initial_replicas is not None:

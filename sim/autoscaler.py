@@ -65,7 +65,6 @@ def ongoing_requests_policy(ctx: Any) -> tuple[float, dict[str, Any]]:
 def apply_delay(desired: int, current_target: int, spec: AutoscalingSpec, state: dict[str, Any], now: float) -> int:
     """Serve's ``_apply_delay_logic`` with the delays of ``spec``'s Serve config (policy engine_load holds its
     upscale delay itself, Serve's is 0): the target after this tick; ``state`` carries the pending decision."""
-    upscale_delay_s = spec.to_serve_autoscaling_config()["upscale_delay_s"]
     direction = state.get("direction", 0)
     since = state.get("since")
     decided = current_target
@@ -74,7 +73,7 @@ def apply_delay(desired: int, current_target: int, spec: AutoscalingSpec, state:
             since = None
         direction = 1
         since = now if since is None else since
-        if now - since + _DELAY_ELAPSED_EPS_S >= upscale_delay_s:
+        if now - since + _DELAY_ELAPSED_EPS_S >= spec.serve_upscale_delay_s:
             direction, since, decided = 0, None, desired
     elif desired < current_target:
         if direction > 0:
