@@ -529,11 +529,14 @@ class IngressConfig(StrictModel):
         ge=1,
         description="Concurrent HTTP requests per ingress replica; an open stream holds one for its whole life.",
     )
-    engine_transport: Literal["grpc", "ray"] = Field(
-        "grpc",
-        description="How engine replicas stream deltas to the ingress: 'grpc', one gRPC stream per request "
-        "(Serve's inter-deployment gRPC server, which every replica runs; measured ~40% less ingress CPU per "
-        "token), or 'ray', one Ray object per delta (Serve's default handle transport).",
+    engine_transport: Literal["channel", "grpc", "ray"] = Field(
+        "channel",
+        description="How engine replicas stream deltas to the ingress. 'channel': one TCP connection per ingress "
+        "and engine replica carries every stream's deltas, one frame per event-loop turn (serve_app/delta_channel; "
+        "each request still goes through Serve's handle, for its replica choice, limits, cancellation and "
+        "draining); 'grpc': one Serve gRPC stream per request (Serve's inter-deployment gRPC server); 'ray': one "
+        "Ray object per delta (Serve's default handle transport). 'channel' needs the engine replicas' nodes to "
+        "accept TCP connections on an ephemeral port from the ingress's.",
     )
 
     def deployment_options(self) -> dict[str, Any]:

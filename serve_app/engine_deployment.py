@@ -11,10 +11,12 @@ from collections.abc import AsyncIterator
 import ray
 from ray import serve
 
+from core.errors import EngineDeadError
 from engines.factory import make_engine
 from engines.protocol import Delta, EngineStats, GenerationRequest
 from serve_app.autoscaling import RecentLatency, engine_metrics
 from serve_app.config import VariantConfig
+from serve_app.delta_channel import ON_CHANNEL, ChannelOffer, ChannelServer, OnChannel
 from serve_app.metrics import EngineMetrics
 from serve_app.stats_board import STATS_PERIOD_S
 
@@ -43,20 +45,37 @@ class EngineDeployment:
         self._replica = serve.get_replica_context().replica_id.unique_id
         # Beside the engine's start, not before it: at a first deploy the board may not serve yet.
         self._starting_post = asyncio.create_task(self._post_starting())
+        # The ingresses' delta channels (serve_app/delta_channel): on the node's address, which every node reaches.
+        self._channels = ChannelServer()
+        await self._channels.start(ray.util.get_node_ip_address())
         await self.engine.start()
         self._metrics = EngineMetrics(self.variant.name)
         self._poster = asyncio.create_task(self._post_stats_forever())
 
-    async def generate(self, request: GenerationRequest) -> AsyncIterator[Delta]:
+    async def generate(
+        self, request: GenerationRequest, reply_to: tuple[str, int] | None = None
+    ) -> AsyncIterator[Delta | ChannelOffer | OnChannel]:
+        """The request's deltas, over Serve's stream; or, with ``reply_to`` (the caller's channel id and this
+        request's key on it) from an ingress connected to this replica, on its channel, Serve's stream carrying
+        only :data:`ON_CHANNEL` and then its end or the engine's error. A caller with a channel this replica has no
+        connection from gets the replica's :class:`ChannelOffer` first."""
         # aclosing: a cancelled or abandoned stream closes the engine's iterator, which aborts the request.
         self._latency.started(request.request_id)  # queue wait, for the autoscaling policy, until a first token
+        link, key = None, 0
         try:
+            if reply_to is not None:
+                channel_id, key = reply_to
+                link = self._channels.sender(channel_id)
+                yield ON_CHANNEL if link is not None else self._channels.offer
             async with contextlib.aclosing(self.engine.generate(request)) as stream:
                 async for delta in stream:
                     if delta.token_ids:
                         self._latency.first_token(request.request_id)
                     self._latency.observe(delta)
-                    yield delta
+                    if link is None:
+                        yield delta
+                    elif not link.send(key, delta):
+                        raise EngineDeadError("The ingress's channel to this engine replica closed mid-stream.")
         finally:
             self._latency.first_token(request.request_id)
 
@@ -67,6 +86,7 @@ class EngineDeployment:
             "pid": os.getpid(),
             "replica": self._replica,  # the id its stats are posted under (GET /variants replica_stats)
             "node": ray.get_runtime_context().get_node_id(),
+            "delta_channels": self._channels.connected(),  # the ingress channels connected to it, by id
         }
 
     def stats(self) -> EngineStats:
@@ -105,6 +125,7 @@ class EngineDeployment:
 
     async def __del__(self) -> None:
         self._poster.cancel()
+        await self._channels.close()
         # Bounded: when the whole app is deleted the board may be gone already, and a call to a deployment
         # without replicas waits forever, which would hold this replica for its whole drain timeout.
         with contextlib.suppress(Exception):

@@ -19,6 +19,7 @@ from core.errors import EngineDeadError
 from serve_app import openapi_doc
 from serve_app.auth import KeyStore
 from serve_app.config import AppConfig
+from serve_app.delta_channel import ChannelHandle, ChannelReceiver
 from serve_app.grpc_routes import GrpcRoutes
 from serve_app.http_routes import HttpRoutes, mount, new_app
 from serve_app.limiter import SharedLimits
@@ -63,8 +64,14 @@ class Ingress(HttpRoutes, GrpcRoutes):
         # _by_reference=False: Serve's inter-deployment gRPC (every replica runs its server), one stream per
         # request instead of one Ray object per delta; the per-object bookkeeping was most of the ingress's CPU
         # per token. Errors arrive the same way (RayTaskError; ActorUnavailableError for a replica gone).
-        by_reference = parsed.ingress.engine_transport == "ray"
-        handles = {name: h.options(**stream_handle_options(by_reference, h.options)) for name, h in variants.items()}
+        transport = parsed.ingress.engine_transport
+        by_reference = transport == "ray"
+        handles: dict[str, Any] = {
+            name: h.options(**stream_handle_options(by_reference, h.options)) for name, h in variants.items()
+        }
+        if transport == "channel":  # every stream's deltas on one connection per engine replica (delta_channel)
+            self._channel = ChannelReceiver()
+            handles = {name: ChannelHandle(h, self._channel) for name, h in handles.items()}
         routing = RoutingTable(  # publish: the demand it redirects, for the variants' autoscalers
             parsed,
             lambda: board.snapshot.remote(),

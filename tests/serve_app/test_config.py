@@ -185,7 +185,7 @@ MISTAKES = [
     (_fractional_gpus_above_one, "variants[0].resources.num_gpus: must be a whole number"),
     (_cpu_as_custom_resource, "variants[0].resources.resources: 'CPU' is not a custom resource"),
     (_bad_variant_name, "variants[0].name: String should match pattern"),
-    (_unknown_engine_transport, "ingress.engine_transport: Input should be 'grpc' or 'ray'"),
+    (_unknown_engine_transport, "ingress.engine_transport: Input should be 'channel', 'grpc' or 'ray'"),
 ]
 
 
