@@ -152,6 +152,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--ingress-replicas", type=int, default=1, help="the stack's ingress replicas (default 1)")
     p.add_argument(
+        "--engine-transport",
+        choices=("channel", "grpc", "ray"),
+        default=None,
+        help="how the stack's engine replica streams to its ingress (ingress.engine_transport; default: the "
+        "config's default, channel)",
+    )
+    p.add_argument(
         "--serve-env",
         action="append",
         default=[],
@@ -241,9 +248,13 @@ def stack_app_args(
     max_tokens: int,
     max_concurrency: int,
     ingress_replicas: int = 1,
+    engine_transport: str | None = None,
 ) -> dict:
     """A one-variant serve_app config on ``engine`` (everything else at its default)."""
     resources = engine_actor_options(device)
+    ingress: dict[str, Any] = {"num_replicas": ingress_replicas, "max_ongoing_requests": max(1024, 2 * max_concurrency)}
+    if engine_transport is not None:
+        ingress["engine_transport"] = engine_transport
     return {
         "model_name": "bench",
         "tokenizer": engine.tokenizer if isinstance(engine, EmulatedEngineConfig) else engine.model,
@@ -256,7 +267,7 @@ def stack_app_args(
                 "num_replicas": 1,
             }
         ],
-        "ingress": {"num_replicas": ingress_replicas, "max_ongoing_requests": max(1024, 2 * max_concurrency)},
+        "ingress": ingress,
         "limits": {"max_tokens_limit": max(4096, max_tokens)},
         # Every path serves every request: admission control (router/shedding.py) would answer a closed loop's
         # queue with 429s, and the comparison would be of policies, not of the streaming path's cost.
@@ -529,9 +540,13 @@ class _Run:
             url, _ = stack.enter_context(self.running_engine_server(model_dir))
             batch_slots = self.engine.max_running_requests if isinstance(self.engine, HFEngineConfig) else 0
             engine = sidecar.sidecar_engine(kind, url, model_dir=model_dir, coalesce=coalesce, batch_slots=batch_slots)
-            app_args = stack_app_args(
-                engine, device="cpu", max_tokens=self.max_tokens, max_concurrency=max(self.concurrency)
-            )  # the server holds the accelerator, not the replica
+            app_args = stack_app_args(  # the server holds the accelerator, not the replica
+                engine,
+                device="cpu",
+                max_tokens=self.max_tokens,
+                max_concurrency=max(self.concurrency),
+                engine_transport=self.args.engine_transport,
+            )
             app_args["tokenizer"] = self.model_dir
             # transformers serve takes no ignore_eos: its model's end never comes (sidecar.endless_copy).
             target = self.http_target(serve_url, "bench").model_copy(update={"ignore_eos": kind != "transformers"})
@@ -554,6 +569,7 @@ class _Run:
                     max_tokens=self.max_tokens,
                     max_concurrency=max(self.concurrency),
                     ingress_replicas=self.args.ingress_replicas,
+                    engine_transport=self.args.engine_transport,
                 )
             ),
         }
@@ -691,6 +707,8 @@ def _engine_notes(run: _Run) -> list[str]:
         )
     if run.args.ingress_replicas != 1:
         notes.append(f"The stack ran {run.args.ingress_replicas} ingress replicas.")
+    if run.args.engine_transport is not None:
+        notes.append(f"The stack's engine replica streamed to its ingress by '{run.args.engine_transport}'.")
     if run.serve_env:
         notes.append("The Ray cluster ran with " + ", ".join(f"{k}={v}" for k, v in run.serve_env.items()) + ".")
     if run.device == "cpu":

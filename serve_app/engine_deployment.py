@@ -87,6 +87,7 @@ class EngineDeployment:
             "replica": self._replica,  # the id its stats are posted under (GET /variants replica_stats)
             "node": ray.get_runtime_context().get_node_id(),
             "delta_channels": self._channels.connected(),  # the ingress channels connected to it, by id
+            "delta_channel_deltas": self._channels.deltas_sent,
         }
 
     def stats(self) -> EngineStats:

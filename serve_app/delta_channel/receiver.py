@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
 from collections import deque
 from typing import Any
@@ -18,6 +19,9 @@ from serve_app.delta_channel.wire import ChannelOffer, hello, read_frames
 logger = logging.getLogger("ray.serve")
 
 CONNECT_TIMEOUT_S = 5.0
+# After a failed connection (a network policy that blocks the port, say) the address is not tried again for this
+# long: its requests go on over Serve's stream meanwhile, and the log gets one warning, not one per request.
+RETRY_AFTER_S = 60.0
 
 
 class Inbox:
@@ -92,6 +96,7 @@ class ChannelReceiver:
         self._inboxes: dict[int, Inbox] = {}
         self._links: dict[tuple[str, int], EngineLink] = {}
         self._connecting: dict[tuple[str, int], asyncio.Task[None]] = {}
+        self._failed: dict[tuple[str, int], float] = {}  # address -> when it may be tried again (monotonic)
         self._next_key = 0
 
     def open(self) -> tuple[int, Inbox]:
@@ -110,6 +115,8 @@ class ChannelReceiver:
         address = offer.address
         if address in self._links or address in self._connecting:
             return
+        if self._failed and time.monotonic() < self._failed.get(address, 0.0):
+            return
         task = asyncio.get_running_loop().create_task(self._connect(offer))
         self._connecting[address] = task
         task.add_done_callback(lambda _: self._connecting.pop(address, None))
@@ -120,9 +127,16 @@ class ChannelReceiver:
             async with asyncio.timeout(CONNECT_TIMEOUT_S):
                 transport, link = await loop.create_connection(lambda: EngineLink(self, offer.address), *offer.address)
         except (OSError, TimeoutError) as exc:
-            # Its requests stay on Serve's stream; the next offer tries again.
-            logger.warning("delta channel: could not connect to %s:%d (%s)", *offer.address, exc)
+            self._failed[offer.address] = time.monotonic() + RETRY_AFTER_S
+            logger.warning(
+                "delta channel: could not connect to the engine replica at %s:%d (%r); its streams go over Serve's "
+                "stream, and the address is tried again in %.0f s",
+                *offer.address,
+                exc,
+                RETRY_AFTER_S,
+            )
             return
+        self._failed.pop(offer.address, None)
         transport.write(hello(offer.secret, self.id))
         self._links[offer.address] = link
 

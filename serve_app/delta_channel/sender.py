@@ -15,6 +15,8 @@ from serve_app.delta_channel.wire import ChannelOffer, frame, read_hello
 
 logger = logging.getLogger("ray.serve")
 
+HELLO_TIMEOUT_S = 10.0  # a connection that has not said who it is by then is dropped
+
 
 class ChannelServer:
     """Listens for ingress replicas' channels; :meth:`sender` gives the live connection of a channel id."""
@@ -44,6 +46,11 @@ class ChannelServer:
         """The channel ids with a live connection."""
         return sorted(self._links)
 
+    @property
+    def deltas_sent(self) -> int:
+        """Deltas queued on the live connections since they opened."""
+        return sum(link.sent for link in self._links.values())
+
     def joined(self, channel_id: str, link: IngressLink) -> None:
         old = self._links.get(channel_id)
         self._links[channel_id] = link
@@ -71,6 +78,7 @@ class IngressLink(asyncio.Protocol):
     def __init__(self, server: ChannelServer) -> None:
         self._server = server
         self._transport: asyncio.Transport | None = None
+        self._hello_timer: asyncio.TimerHandle | None = None
         self._hello = bytearray()
         self.channel_id: str | None = None
         self._pending: list[tuple[int, Delta]] = []
@@ -78,10 +86,21 @@ class IngressLink(asyncio.Protocol):
         self._paused = False
         self._piled = False  # deltas queued while paused: merge per stream before the next write
         self.closed = False
+        self.sent = 0
 
     # -- asyncio's callbacks
     def connection_made(self, transport: Any) -> None:
         self._transport = transport
+        self._hello_timer = asyncio.get_running_loop().call_later(HELLO_TIMEOUT_S, self._no_hello)
+
+    def _no_hello(self) -> None:
+        if self.channel_id is None:
+            self.close()
+
+    def _cancel_hello_timer(self) -> None:
+        if self._hello_timer is not None:
+            self._hello_timer.cancel()
+            self._hello_timer = None
 
     def data_received(self, data: bytes) -> None:
         if self.channel_id is not None:
@@ -101,10 +120,12 @@ class IngressLink(asyncio.Protocol):
             return
         self.channel_id = channel_id
         self._hello = bytearray()
+        self._cancel_hello_timer()
         self._server.joined(channel_id, self)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self._cancel_hello_timer()
         self._pending.clear()
         if self.channel_id is not None:
             self._server.left(self.channel_id, self)
@@ -124,6 +145,7 @@ class IngressLink(asyncio.Protocol):
         if self.closed:
             return False
         self._pending.append((key, delta))
+        self.sent += 1
         if self._paused:
             self._piled = True
         elif not self._scheduled:

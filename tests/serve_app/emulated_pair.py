@@ -38,3 +38,25 @@ def replica_pids(app: str) -> dict[str, int]:
         if len(pids) == 2:
             return pids
     raise AssertionError(f"found only {pids}")
+
+
+def connect_channels(url: str, app: str, model: str) -> None:
+    """Sends short requests until both replicas have the ingress's delta channel connected, so that the test's
+    own streams come on it (a replica's first request from an ingress goes over Serve's stream)."""
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    import httpx
+    from ray import serve
+
+    handle = serve.get_deployment_handle(f"variant-{VARIANT}", app_name=app)
+    body = {"model": model, "prompt": [300] * 4, "max_tokens": 1}
+    connected: dict[str, bool] = {}
+    deadline = time.monotonic() + 60
+    with ThreadPoolExecutor(4) as pool:
+        while not (len(connected) == 2 and all(connected.values())):
+            assert time.monotonic() < deadline, f"channels connected: {connected}"
+            list(pool.map(lambda _: httpx.post(f"{url}/v1/completions", json=body, timeout=30), range(4)))
+            for _ in range(8):
+                info = handle.info.remote().result()
+                connected[info["replica"]] = bool(info["delta_channels"])

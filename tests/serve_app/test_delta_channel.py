@@ -135,7 +135,7 @@ async def test_what_one_loop_turn_queued_leaves_as_one_frame(monkeypatch):
 
 
 async def test_an_engine_error_on_serve_ends_the_channel_stream_with_it():
-    server, receiver, link = await connected()
+    server, receiver, _link = await connected()
     handle = ScriptedHandle(ServeCall([ON_CHANNEL, EngineDeadError("the engine died")]))
     stream = ChannelHandle(handle, receiver).generate.remote("r")
     with pytest.raises(EngineDeadError, match="the engine died"):
@@ -240,3 +240,33 @@ def test_frames_split_anywhere_are_read_whole():
         buffer += data[i : i + 7]
         got += read_frames(buffer)
     assert [[key for key, _ in items] for items in got] == [[1], [2, 3]] and not buffer
+
+
+async def test_an_address_that_refuses_is_not_tried_again_for_a_while(monkeypatch):
+    server = ChannelServer()
+    await server.start(HOST)
+    offer = server.offer
+    await server.close()  # nobody listens there now
+    receiver = ChannelReceiver()
+    attempts = []
+    connect = receiver._connect
+    monkeypatch.setattr(receiver, "_connect", lambda o: (attempts.append(o), connect(o))[1])
+    receiver.connect(offer)
+    for _ in range(100):
+        if not receiver._connecting:
+            break
+        await asyncio.sleep(0.01)
+    receiver.connect(offer)  # a request's offer right after: not tried again
+    assert len(attempts) == 1 and not receiver._connecting
+
+
+async def test_a_connection_that_says_nothing_is_dropped(monkeypatch):
+    from serve_app.delta_channel import sender
+
+    monkeypatch.setattr(sender, "HELLO_TIMEOUT_S", 0.05)
+    server = ChannelServer()
+    await server.start(HOST)
+    reader, writer = await asyncio.open_connection(*server.offer.address)
+    assert await asyncio.wait_for(reader.read(), 5) == b""  # closed by the server
+    writer.close()
+    await server.close()

@@ -76,8 +76,23 @@ def test_each_variant_serves_pinned_and_reports_its_profiles_limits(fleet_url):
         assert stats["kv_blocks_total"] > 0
 
 
+def _channel_info(url: str, name: str) -> dict:
+    """The variant's (one) replica's ``info()`` once the ingress's delta channel to it is connected: its first
+    request from the ingress goes over Serve's stream and connects it, the next ones come on it."""
+    from ray import serve
+
+    info = serve.get_deployment_handle(f"variant-{name}", app_name="emulated").info
+    httpx.post(f"{url}/v1/completions", json={"model": name, "prompt": "Warm", "max_tokens": 2}, timeout=60)
+    deadline = time.monotonic() + 30
+    while not (answer := info.remote().result(timeout_s=60))["delta_channels"]:
+        assert time.monotonic() < deadline, "the ingress never connected its channel"
+        time.sleep(0.1)
+    return answer
+
+
 def test_a_client_that_leaves_mid_stream_frees_the_emulated_engine(fleet_url):
     name = "llama-70b-fp8"  # ~12 ms a token: 8000 tokens outlast the test by a minute
+    _channel_info(fleet_url, name)  # the stream comes on the delta channel: leaving must still cancel Serve's call
     body = {"model": name, "prompt": "Long story", "max_tokens": 8000, "stream": True, "ignore_eos": True}
     with httpx.Client(base_url=fleet_url, timeout=60) as http, http.stream("POST", "/v1/completions", json=body) as r:
         assert r.status_code == 200
@@ -92,6 +107,34 @@ def test_a_client_that_leaves_mid_stream_frees_the_emulated_engine(fleet_url):
         assert time.monotonic() < deadline, stats
         time.sleep(0.2)
     assert stats["kv_blocks_used"] == 0
+
+
+def test_streams_come_on_the_ingress_channel_once_it_connects_each_with_its_own_exact_text(fleet_url):
+    """The first request to an engine replica goes over Serve's stream and connects the ingress's delta channel;
+    the next ones come on it, many at once over one connection, each with exactly its own text and usage."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    name = "llama-8b-int4"
+    client = openai.OpenAI(base_url=f"{fleet_url}/v1", api_key="unused", max_retries=0, timeout=60)
+    before = _channel_info(fleet_url, name)
+    assert len(before["delta_channels"]) == 1  # one ingress replica, one connection
+
+    def stream_and_whole(seed: int) -> tuple[str, int, str]:
+        ask = {"model": name, "prompt": "The lighthouse keeper", "max_tokens": 40 + seed, "seed": seed}
+        extra = {"extra_body": {"ignore_eos": True}}
+        chunks = list(client.completions.create(**ask, stream=True, stream_options={"include_usage": True}, **extra))
+        usage = chunks[-1].usage
+        assert usage is not None
+        text = "".join(c.choices[0].text for c in chunks if c.choices)
+        return text, usage.completion_tokens, client.completions.create(**ask, **extra).choices[0].text
+
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(stream_and_whole, range(8)))
+    for seed, (streamed, completion_tokens, whole) in enumerate(results):
+        assert (streamed, completion_tokens) == (whole, 40 + seed)
+    after = _channel_info(fleet_url, name)
+    assert after["delta_channels"] == before["delta_channels"]
+    assert after["delta_channel_deltas"] >= before["delta_channel_deltas"] + 8 * 2  # two streams each, at least
 
 
 def test_several_tokens_a_message_still_give_the_openai_client_exact_text_and_usage(fleet_url):

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.serve_app.emulated_pair import deploy_pair, replica_pids
+from tests.serve_app.emulated_pair import connect_channels, deploy_pair, replica_pids
 
 pytestmark = pytest.mark.serve
 
@@ -53,6 +53,7 @@ class _Stream:
 
 def test_streams_on_a_replica_that_dies_end_with_an_error_event_and_done(mid_stream_url):
     pids = replica_pids(APP)
+    connect_channels(mid_stream_url, APP, "mid-llama")  # the streams come on the delta channel, whose drop ends them
     streams = [_Stream() for _ in range(6)]
     threads = [threading.Thread(target=s.run, args=(mid_stream_url,)) for s in streams]
     for t in threads:
