@@ -109,7 +109,16 @@ def haproxy_tools_missing(env: MutableMapping[str, str], *, ray_version: tuple[i
 
 # HAProxy's own listeners, on fixed ports by default (8404 and 9101 on every interface): a second cluster on the
 # same machine (tests, benches, a multi-node dev cluster beside a running app) would fail to start its HAProxy.
-HAPROXY_FIXED_PORTS = ("RAY_SERVE_HAPROXY_STATS_PORT", "RAY_SERVE_HAPROXY_METRICS_PORT")
+# And the Python proxy Serve keeps as HAProxy's fallback (8500 HTTP, 9500 gRPC; ray/serve/_private/proxy_state.py),
+# which binds with SO_REUSEPORT: two clusters' fallback proxies then share the port, the kernel splits HAProxy's
+# fallback connections between them, and a bench's requests right after its deploy got the suite's ingress ("the
+# model 'bench' does not exist", session 23).
+HAPROXY_FIXED_PORTS = (
+    "RAY_SERVE_HAPROXY_STATS_PORT",
+    "RAY_SERVE_HAPROXY_METRICS_PORT",
+    "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT",
+    "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT",
+)
 
 
 # Direct ingress gives each ingress replica ports from fixed ranges (30000-31000 HTTP, 40000-41000 gRPC by default,
