@@ -181,46 +181,55 @@ def test_disconnect_mid_stream_frees_the_engine(llm_url, default_app_args):
     _disconnect_mid_stream_and_wait_for_the_engine_to_drop_it(llm_url, default_app_args["variants"][-1]["name"])
 
 
-# --- the engine streams over Ray objects (ingress.engine_transport: ray) instead of gRPC, the default ----------
+# --- the engine streams over Ray objects or Serve's per-request gRPC (ingress.engine_transport: ray / grpc) instead of
+# the delta channel, the default ------------------------------------------------------------------------------------
 
-RAY_PREFIX = "/ray-transport"
 
-
-@pytest.fixture(scope="module")
-def ray_transport_url(serve_url) -> Iterator[str]:
+@pytest.fixture(scope="module", params=["ray", "grpc"])
+def transport_app(serve_url, request) -> Iterator[tuple[str, str]]:
+    """(URL, variant) of an app whose ingress uses ``request.param``'s transport."""
     from ray import serve
 
     from serve_app.app import build_app
 
+    transport = request.param
+    variant = f"small-over-{transport}"
     args = {
-        "model_name": "ray-transport-llama",
+        "model_name": f"{transport}-transport-llama",
         "variants": [
             {
-                "name": "small-over-ray",  # builtin:small: its context outlasts the disconnect test's 2000 tokens
+                "name": variant,  # builtin:small: its context outlasts the disconnect test's 2000 tokens
                 "engine": {"backend": "hf", "model": "builtin:small", "device": "cpu", "max_running_requests": 4},
                 "resources": {"num_cpus": 0.25},
                 "num_replicas": 1,
             }
         ],
-        "ingress": {"num_cpus": 0.1, "engine_transport": "ray"},
+        "ingress": {"num_cpus": 0.1, "engine_transport": transport},
     }
-    serve.run(build_app(args), name="ray-transport", route_prefix=RAY_PREFIX)
-    yield f"{serve_url}{RAY_PREFIX}"
-    serve.delete("ray-transport")
+    serve.run(build_app(args), name=f"{transport}-transport", route_prefix=f"/{transport}-transport")
+    yield f"{serve_url}/{transport}-transport", variant
+    serve.delete(f"{transport}-transport")
 
 
-def test_ray_transport_streams_and_answers_whole(ray_transport_url):
-    over_ray = openai.OpenAI(base_url=f"{ray_transport_url}/v1", api_key="unused", max_retries=0, timeout=120)
-    request = {"model": "small-over-ray", "prompt": "Once upon", "max_tokens": 10, "temperature": 0}
-    chunks = list(over_ray.completions.create(stream=True, **request))
+def test_other_transports_stream_and_answer_whole_without_a_channel(transport_app):
+    from ray import serve
+
+    url, variant = transport_app
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=120)
+    request = {"model": variant, "prompt": "Once upon", "max_tokens": 10, "temperature": 0}
+    for _ in range(2):  # the second would come on a channel, had the ingress asked for one
+        chunks = list(client.completions.create(stream=True, **request))
     streamed = "".join(c.choices[0].text for c in chunks if c.choices)
-    full = over_ray.completions.create(**request)
+    full = client.completions.create(**request)
     assert streamed and full.choices[0].text == streamed  # greedy: the same text either way
     assert chunks[-1].choices[0].finish_reason == full.choices[0].finish_reason
+    app = url.rsplit("/", 1)[1]
+    info = serve.get_deployment_handle(f"variant-{variant}", app_name=app).info.remote().result(timeout_s=60)
+    assert info["delta_channels"] == []
 
 
-def test_ray_transport_disconnect_mid_stream_frees_the_engine(ray_transport_url):
-    _disconnect_mid_stream_and_wait_for_the_engine_to_drop_it(ray_transport_url, "small-over-ray")
+def test_other_transports_disconnect_mid_stream_frees_the_engine(transport_app):
+    _disconnect_mid_stream_and_wait_for_the_engine_to_drop_it(*transport_app)
 
 
 def test_variants_reports_replicas_and_stats(http, default_app_args):

@@ -3,11 +3,7 @@
 # emulated bar command at 64 and 128 streams, then the hf command, on the tree with
 # plain pickle over Serve's gRPC and the one tail write (d737c74). Results in $OUT/r.
 set -u
-. bench/device/unpack.sh
-export PYTHONUNBUFFERED=1
-R=$OUT/r; mkdir -p $R
-(while true; do uptime >> $R/uptime.txt; sleep 10; done) &
-TOP=$!
+. bench/device/call_start.sh  # unpacks; R=$OUT/r; the load every 10 s until `kill $TOP`
 timeout 200 python3 -m bench overhead --model emulated:h200-llama-3.1-8b-int4 --concurrency 64 128 \
   --paths direct stack --json $R/emulated.json > $R/emulated.log 2>&1
 echo "emulated rc $?"; grep -E "^  (direct|stack) |host:" $R/emulated.log | cut -c1-260

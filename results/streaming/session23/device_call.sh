@@ -4,11 +4,7 @@
 # then the same with Serve's per-request gRPC streams (--engine-transport grpc), on one host; hf: the hf command.
 # Results in $OUT/r.
 set -u
-. bench/device/unpack.sh
-export PYTHONUNBUFFERED=1
-R=$OUT/r; mkdir -p $R
-(while true; do uptime >> $R/uptime.txt; sleep 10; done) &
-TOP=$!
+. bench/device/call_start.sh  # unpacks; R=$OUT/r; the load every 10 s until `kill $TOP`
 if [[ $1 == emulated ]]; then
   for transport in channel grpc; do
     timeout 280 python3 -m bench overhead --model emulated:h200-llama-3.1-8b-int4 --concurrency 64 128 \
