@@ -57,6 +57,32 @@ def portable_error(exc: BaseException) -> BaseException:
     return exc
 
 
+# ---------------------------------------------------------------------------------------------- frames
+
+
+def pack_frame(message: Any) -> bytes:
+    """``message`` as one frame: its pickle's length (4 bytes, big-endian), then the pickle."""
+    payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    return _HEADER.pack(len(payload)) + payload
+
+
+def unpack_frames(buffer: bytearray) -> list[Any]:
+    """Every whole frame at the start of ``buffer``, unpickled, in order; removes them from it (a partial frame
+    stays for the next read)."""
+    offset, size = 0, len(buffer)
+    messages = []
+    with memoryview(buffer) as view:
+        while size - offset >= _HEADER.size:
+            (length,) = _HEADER.unpack_from(view, offset)
+            end = offset + _HEADER.size + length
+            if end > size:
+                break
+            messages.append(pickle.loads(view[offset + _HEADER.size : end]))
+            offset = end
+    del buffer[:offset]
+    return messages
+
+
 # ---------------------------------------------------------------------------------------------- channel
 
 
@@ -90,8 +116,7 @@ class Channel:
     def send(self, message: Any) -> None:
         if self.closed:
             return
-        payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-        frame = _HEADER.pack(len(payload)) + payload
+        frame = pack_frame(message)
         if self._outbuf:  # earlier frames still wait for the socket: keep the order
             self._outbuf += frame
             return
@@ -131,20 +156,8 @@ class Channel:
         if not data:
             self._close()
             return
-        buf = self._inbuf
-        buf += data
-        offset, size = 0, len(buf)
-        messages = []
-        with memoryview(buf) as view:
-            while size - offset >= _HEADER.size:
-                (length,) = _HEADER.unpack_from(view, offset)
-                end = offset + _HEADER.size + length
-                if end > size:
-                    break
-                messages.append(pickle.loads(view[offset + _HEADER.size : end]))
-                offset = end
-        del buf[:offset]
-        for message in messages:
+        self._inbuf += data
+        for message in unpack_frames(self._inbuf):
             if self.closed:
                 return
             self._on_message(message)

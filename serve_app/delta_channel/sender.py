@@ -113,7 +113,7 @@ class IngressLink(asyncio.Protocol):
             return
         if parsed is None:
             return
-        secret, channel_id, _ = parsed
+        secret, channel_id = parsed
         if not hmac.compare_digest(secret, self._server.secret):
             logger.warning("delta channel: a connection with a wrong secret was dropped")
             self.close()
