@@ -41,6 +41,7 @@ from bench.client import TargetConfig
 from bench.direct import run_direct
 from bench.engine_server import EngineServerSettings
 from bench.expectation import closed_loop
+from bench.load_processes import LoadProcesses, processes_for
 from bench.loadgen import LoadConfig, LoadResult
 from bench.local_serve import local_serve
 from bench.overhead_results import (
@@ -165,6 +166,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         metavar="KEY=VALUE",
         help="environment for the Ray cluster the command starts (every Serve process inherits it), "
         "e.g. RAY_SERVE_THROUGHPUT_OPTIMIZED=1; repeatable",
+    )
+    p.add_argument(
+        "--client-processes",
+        type=int,
+        default=None,
+        help="load-generator processes of the HTTP paths (default: one per 64 streams of a level, at most a quarter "
+        "of the host's cores, so one on a small host; bench/load_processes.py)",
     )
     p.add_argument("--quick", action="store_true", help="small and fast: builtin:tiny, fewer, shorter requests")
     p.add_argument("--json", type=Path, default=None, help="write the summary JSON here")
@@ -379,17 +387,22 @@ class _Run:
             summary = self.args.profile / f"{path}-c{concurrency}-summary.txt"
             summary.write_text(pyspy.summarize_profiles(paths))
 
-    def keep(self, path: str, concurrency: int, result: LoadResult, cpu: dict[str, float]) -> LevelResult:
+    def keep(
+        self, path: str, concurrency: int, result: LoadResult, cpu: dict[str, float], *, client_processes: int = 1
+    ) -> LevelResult:
         records = sorted(result.records, key=lambda r: r.index)
         if self.args.out is not None:
             write_jsonl(records, self.args.out / "records" / f"{path}-c{concurrency}.jsonl")
-        level = level_result(concurrency, summarize(records), cpu)
+        level = level_result(concurrency, summarize(records), cpu).model_copy(
+            update={"client_processes": client_processes}
+        )
+        clients = f" from {client_processes} client processes" if client_processes > 1 else ""
         print(
             f"  {path:13s} c={concurrency:<4d} {level.tokens_per_s:9.1f} tok/s  TTFT p50 "
             f"{level.ttft_p50_ms or 0:8.1f} ms  p99 {level.ttft_p99_ms or 0:8.1f} ms  message gap p99 "
             f"{level.message_gap_p99_ms or 0:6.1f} ms ({level.tokens_per_message or 0:.1f} tok)  "
             f"errors {level.errors}  "
-            f"serving CPU {level.cpu_ms_per_token() or 0:.2f} ms/tok ({cpu_breakdown(level)})",
+            f"serving CPU {level.cpu_ms_per_token() or 0:.2f} ms/tok ({cpu_breakdown(level)}){clients}",
             flush=True,
         )
         return level
@@ -462,20 +475,34 @@ class _Run:
 
     # ---------------------------------------------------------------- HTTP paths
 
+    def client_processes(self, concurrency: int) -> int:
+        """The load generator's processes for a level of ``concurrency`` streams (--client-processes, else
+        bench/load_processes.processes_for this host)."""
+        if self.args.client_processes is not None:
+            return max(1, min(self.args.client_processes, concurrency))
+        return processes_for(concurrency, len(os.sched_getaffinity(0)))
+
     def http_levels(self, path: str, target: TargetConfig, *, as_text: bool) -> dict[int, LevelResult]:
         from bench.load import drive
 
-        def load(specs: list[RequestSpec], concurrency: int) -> LoadResult:
-            config = LoadConfig(concurrency=concurrency, num_requests=len(specs), progress=self.args.progress)
-            result, _ = event_loop.run(drive(target, config, iter(specs), poll=False, poll_interval_s=1.0))
-            return result
+        # Started before anything is timed, kept for every level of the path (their CPU is the load generator's).
+        children = max(self.client_processes(c) for c in self.concurrency)
+        with LoadProcesses(children) if children > 1 else contextlib.nullcontext() as pool:
 
-        load(self.warmup(as_text=as_text), WARMUP_REQUESTS)
-        levels = {}
-        for c in self.concurrency:
-            with self.observe(path, c) as cpu:
-                result = load(self.specs(c, as_text=as_text), c)
-            levels[c] = self.keep(path, c, result, cpu)
+            def load(specs: list[RequestSpec], concurrency: int) -> LoadResult:
+                config = LoadConfig(concurrency=concurrency, num_requests=len(specs), progress=self.args.progress)
+                processes = self.client_processes(concurrency)
+                if pool is not None and processes > 1:
+                    return pool.run(target, config, specs, processes=processes)
+                result, _ = event_loop.run(drive(target, config, iter(specs), poll=False, poll_interval_s=1.0))
+                return result
+
+            load(self.warmup(as_text=as_text), WARMUP_REQUESTS)
+            levels = {}
+            for c in self.concurrency:
+                with self.observe(path, c) as cpu:
+                    result = load(self.specs(c, as_text=as_text), c)
+                levels[c] = self.keep(path, c, result, cpu, client_processes=self.client_processes(c) if pool else 1)
         return levels
 
     def http_target(self, url: str, model: str) -> TargetConfig:

@@ -48,6 +48,9 @@ class LevelResult(BaseModel):
     )
     message_gap_p99_ms: float | None = Field(None, description="The same, 99th percentile.")
     tokens_per_message: float | None = Field(None, description="Output tokens per text message, mean.")
+    client_processes: int = Field(
+        1, description="The load generator's processes at this level (HTTP paths; bench/load_processes.py)."
+    )
     ratio_vs_direct: float | None = Field(None, description="tokens_per_s / direct's at this level.")
     ratio_vs_engine_server: float | None = Field(None, description="tokens_per_s / engine_server's.")
     cpu_s: dict[str, float] = Field(

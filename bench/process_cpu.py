@@ -4,10 +4,10 @@ On a shared or small machine tokens/s moves with whatever else runs; the CPU sec
 path spends per generated token do not (much). So beside tokens/s, the overhead bench reads the CPU time of
 this process and all its descendants (a local Ray cluster started by this process, ``transformers serve``)
 before and after each level and attributes it to roles named after what each process is: ``bench`` (this
-process: the load generator, or the engine itself in-process), ``proxy`` (Serve's HTTP proxy), the Serve
-deployment a replica runs (``Ingress``, ``variant-engine``, ...), ``controller``, ``ray_system`` (raylet, GCS,
-Ray's helper processes) and ``engine_server``. A replica's engine process (``engine_process: true``, a
-multiprocessing spawn child of the replica) is ``<deployment>/engine_process``.
+process and its load-generator children: the load generator, or the engine itself in-process), ``proxy``
+(Serve's HTTP proxy), the Serve deployment a replica runs (``Ingress``, ``variant-engine``, ...), ``controller``,
+``ray_system`` (raylet, GCS, Ray's helper processes) and ``engine_server``. A replica's engine process
+(``engine_process: true``, a multiprocessing spawn child of the replica) is ``<deployment>/engine_process``.
 """
 
 from __future__ import annotations
@@ -63,8 +63,11 @@ def cpu_by_role(pid: int | None = None) -> dict[str, float]:
                 cmdline = " ".join(process.cmdline())
                 role = role_of(cmdline)
                 parent = roles.get(process.ppid(), "other")
-                if role == "other" and is_spawn_child(cmdline) and parent not in _NOT_REPLICAS:
-                    role = f"{parent}/{ENGINE_PROCESS}"
+                if role == "other" and is_spawn_child(cmdline):
+                    if parent == "bench":  # the load generator's own processes (bench/load_processes.py)
+                        role = "bench"
+                    elif parent not in _NOT_REPLICAS:
+                        role = f"{parent}/{ENGINE_PROCESS}"
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue  # ended between the listing and the read: its time is lost either way
         roles[process.pid] = role

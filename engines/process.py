@@ -42,12 +42,13 @@ logger = logging.getLogger(__name__)
 
 
 @contextlib.contextmanager
-def _main_module_hidden() -> Iterator[None]:
+def main_module_hidden() -> Iterator[None]:
     """Keeps spawn from re-running this process's ``__main__`` in the child.
 
     spawn imports the parent's main script in the child (as ``__mp_main__``) in case the target lives there:
     in a Ray replica that is Ray's worker script, in a user's script without a ``__main__`` guard it is the
-    whole program again. Everything the child needs lives in ``engines/``, so it gets a bare main module.
+    whole program again. A child whose target lives in an importable module (the engine's, the bench's load
+    generator's) needs none of it, so it gets a bare main module.
     """
     modules = sys.modules
     main = modules["__main__"]
@@ -137,7 +138,7 @@ class ProcessEngine(Engine):
             target=engine_core.run, args=(theirs, self.config), name="engine-core", daemon=True
         )
         try:
-            with _main_module_hidden():
+            with main_module_hidden():
                 self._process.start()  # a fork and exec (milliseconds): on the loop, so no coroutine sees the swap
         finally:
             theirs.close()  # the child holds its own copy: its exit is then our end of file

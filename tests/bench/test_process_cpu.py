@@ -69,3 +69,30 @@ def test_recognizes_a_multiprocessing_spawn_child():
         child.kill()
         child.join()
     assert not is_spawn_child(f"{sys.executable} -c pass")
+
+
+def test_a_spawn_child_of_the_bench_counts_as_the_bench():
+    """The load generator's own processes (bench/load_processes.py): their CPU is the load generator's."""
+    import multiprocessing
+
+    import psutil
+
+    def own_cpu() -> float:
+        times = psutil.Process().cpu_times()
+        return times.user + times.system
+
+    before, own_before = cpu_by_role(), own_cpu()
+    child = multiprocessing.get_context("spawn").Process(target=sum, args=(range(50_000_000),), daemon=True)
+    child.start()
+    try:
+        for _ in range(200):  # bounded: until it has burnt some CPU, while it still runs
+            spent = cpu_delta(before, cpu_by_role())
+            childs = spent.get("bench", 0.0) - (own_cpu() - own_before)  # this process's own polling left out
+            if childs >= 0.2:
+                break
+            time.sleep(0.05)
+        assert childs >= 0.2, spent
+        assert not any(role.endswith("engine_process") for role in spent)
+    finally:
+        child.kill()
+        child.join()

@@ -1,0 +1,21 @@
+#!/bin/bash
+# Session 24's second device call: is the engine child's slower step (TPOT p50 +5-8% against the engine alone at 256
+# streams in every run since session 21) its torch thread count? The stack's GPU replica gives its engine 8 threads
+# (HFEngineConfig.for_replica), the engine alone runs with torch's default. --threads N gives every path N.
+#   d / e: 256 streams, both paths at 8 / 16 threads; f: #21's command as the docs recommend it (2 ingress replicas,
+#   the load generator's processes by default). Results in $OUT/r.
+set -u
+. bench/device/call_start.sh  # unpacks; R=$OUT/r; the load every 10 s until `kill $TOP`
+{ nproc; lscpu | grep -E "^(Model name|Thread|Core|Socket|NUMA node\(s\))"; python3 -c "import torch; print('torch default threads', torch.get_num_threads())"; } > "$R/host.txt" 2>&1
+cat "$R/host.txt"
+HF="python3 -m bench overhead --model random:llama-1b --device cuda --engine-process --num-requests 384 --paths direct stack --ingress-replicas 2"
+part() {  # name, seconds it may take, arguments
+  local name=$1 limit=$2; shift 2
+  if (( SECONDS + limit > 590 )); then echo "$name skipped at ${SECONDS}s"; return; fi
+  timeout "$limit" $HF "$@" --json "$R/$name.json" > "$R/$name.log" 2>&1
+  echo "$name rc $? at ${SECONDS}s"; grep -E "^  (direct|stack) |host:" "$R/$name.log" | cut -c1-300
+}
+part d-threads8 140 --concurrency 256 --threads 8
+part e-threads16 140 --concurrency 256 --threads 16
+part f-command 250 --concurrency 64 256
+kill $TOP
