@@ -77,7 +77,7 @@ class HFEngineConfig(StrictModel):
 
         On the GPU the batch loop's CPU side (building each iteration's inputs, the sampling processors) still
         runs torch CPU ops, and Ray's one OpenMP thread makes the engine measurably slower (docs/streaming.md),
-        so a GPU replica gets a few threads even when it reserves one CPU.
+        so a GPU replica gets ``GPU_ENGINE_MIN_THREADS`` (or the host's CPUs, if fewer) even when it reserves one.
         """
         if self.num_threads is not None:
             return self
