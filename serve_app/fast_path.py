@@ -27,6 +27,7 @@ import logging
 import os
 import random
 import shutil
+import socket
 import sys
 from collections.abc import MutableMapping, Sequence
 
@@ -131,6 +132,8 @@ DIRECT_INGRESS_RANGES = (
 )
 DIRECT_INGRESS_SPAN = 100
 _DIRECT_INGRESS_FIRST, _DIRECT_INGRESS_LAST = 10000, 30000
+# HAProxy's fixed ports of an isolated cluster: above the direct-ingress ranges, below Linux's ephemeral range (32768).
+_FIXED_PORTS_FIRST, _FIXED_PORTS_LAST = 30000, 32768
 
 # The process whose isolate_cluster_ports chose the ports in this environment. A child process inherits them: the
 # test suite's ports reached the benches it spawns, whose clusters then shared the suite's direct-ingress ports, and
@@ -148,9 +151,11 @@ def isolate_cluster_ports(environ: MutableMapping[str, str] | None = None) -> No
         for key in (*HAPROXY_FIXED_PORTS, *(key for pair in DIRECT_INGRESS_RANGES for key in pair)):
             env.pop(key, None)
     env[ISOLATED_BY] = str(os.getpid())
+    taken = {env[key] for key in HAPROXY_FIXED_PORTS if key in env}
     for key in HAPROXY_FIXED_PORTS:
         if key not in env:
-            env[key] = str(free_port("0.0.0.0"))
+            env[key] = str(_free_port_outside_ephemeral_range(taken))
+            taken.add(env[key])
     if any(key in env for pair in DIRECT_INGRESS_RANGES for key in pair):
         return
     slots = (_DIRECT_INGRESS_LAST - _DIRECT_INGRESS_FIRST) // (DIRECT_INGRESS_SPAN * len(DIRECT_INGRESS_RANGES))
@@ -158,6 +163,26 @@ def isolate_cluster_ports(environ: MutableMapping[str, str] | None = None) -> No
     for i, (low, high) in enumerate(DIRECT_INGRESS_RANGES):
         start = base + i * DIRECT_INGRESS_SPAN
         env[low], env[high] = str(start), str(start + DIRECT_INGRESS_SPAN - 1)
+
+
+def _free_port_outside_ephemeral_range(taken: set[str]) -> int:
+    """A port in [_FIXED_PORTS_FIRST, _FIXED_PORTS_LAST) nobody listens on now, other than ``taken``.
+
+    Not one the kernel hands out (``bind(0)``, an outgoing connection): HAProxy binds its stats and metrics ports
+    again at every reload (each deployment change), and in the suite one such port from the ephemeral range had
+    been taken meanwhile ("cannot bind socket (Address already in use)", session 24: 142 tests of one run failed
+    to start their app). Below Linux's ephemeral range only an explicit bind can take it."""
+    for _ in range(200):
+        port = random.randrange(_FIXED_PORTS_FIRST, _FIXED_PORTS_LAST)
+        if str(port) in taken:
+            continue
+        with socket.socket() as probe:
+            try:
+                probe.bind(("0.0.0.0", port))
+            except OSError:
+                continue
+        return port
+    return free_port("0.0.0.0")  # the band is full: an ephemeral port, as before
 
 
 def main(argv: Sequence[str] | None = None) -> None:

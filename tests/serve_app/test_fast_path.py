@@ -31,7 +31,11 @@ def test_haproxy_listeners_get_free_ports_unless_named():
     env = {"RAY_SERVE_HAPROXY_STATS_PORT": "18404"}
     isolate_cluster_ports(env)
     assert env["RAY_SERVE_HAPROXY_STATS_PORT"] == "18404"
-    assert set(HAPROXY_FIXED_PORTS) <= set(env) and int(env["RAY_SERVE_HAPROXY_METRICS_PORT"]) > 0
+    assert set(HAPROXY_FIXED_PORTS) <= set(env)
+    chosen = [int(env[key]) for key in HAPROXY_FIXED_PORTS[1:]]
+    # Distinct, above the direct-ingress ranges and below the ports the kernel hands out: HAProxy binds them again at
+    # every reload, and an ephemeral port could have been taken by then.
+    assert len(set(chosen)) == len(chosen) and all(30000 <= port < 32768 for port in chosen)
 
 
 def test_each_isolated_cluster_gets_direct_ingress_port_ranges_of_its_own_unless_named():

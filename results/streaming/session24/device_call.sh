@@ -5,16 +5,10 @@
 #   a: the full command, 4 ingress replicas, client processes by default (1 at 64 streams, 4 at 256), records kept;
 #   b: 256 streams, 2 ingress replicas (session 23's setting), client processes by default;
 #   c: 256 streams, 4 ingress replicas, one client process (the load generator as session 23 ran it).
-# Results in $OUT/r; a part that could not finish in the call's 600 s is skipped.
+# Results in $OUT/r; a part that could not finish in the call's 600 s is skipped (bench/device/call_start.sh's part).
 set -u
-. bench/device/call_start.sh  # unpacks; R=$OUT/r; the load every 10 s until `kill $TOP`
+. bench/device/call_start.sh  # unpacks; R=$OUT/r; the load every 10 s until `kill $TOP`; part()
 HF="python3 -m bench overhead --model random:llama-1b --device cuda --engine-process --num-requests 384 --paths direct stack"
-part() {  # name, seconds it may take, arguments
-  local name=$1 limit=$2; shift 2
-  if (( SECONDS + limit > 590 )); then echo "$name skipped at ${SECONDS}s"; return; fi
-  timeout "$limit" $HF "$@" --json "$R/$name.json" > "$R/$name.log" 2>&1
-  echo "$name rc $? at ${SECONDS}s"; grep -E "^  (direct|stack) |host:" "$R/$name.log" | cut -c1-300
-}
 part a-ingress4 250 --ingress-replicas 4 --concurrency 64 256 --out "$R/a-records"
 part b-ingress2 140 --ingress-replicas 2 --concurrency 256
 part c-ingress4-one-client 140 --ingress-replicas 4 --concurrency 256 --client-processes 1

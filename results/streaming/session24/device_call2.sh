@@ -7,17 +7,11 @@
 #   f: #21's command as the docs recommend it (2 ingress replicas, the load generator's processes by default).
 # Results in $OUT/r.
 set -u
-. bench/device/call_start.sh  # unpacks; R=$OUT/r; the load every 10 s until `kill $TOP`
+. bench/device/call_start.sh  # unpacks; R=$OUT/r; the load every 10 s until `kill $TOP`; part()
 TD=$(python3 -c "import torch; print(torch.get_num_threads())" 2>/dev/null)
 { nproc; lscpu | grep -E "^(Model name|Thread|Core|Socket|NUMA node\(s\))"; echo "torch default threads $TD"; } > "$R/host.txt" 2>&1
 cat "$R/host.txt"
 HF="python3 -m bench overhead --model random:llama-1b --device cuda --engine-process --num-requests 384 --paths direct stack --ingress-replicas 2"
-part() {  # name, seconds it may take, arguments
-  local name=$1 limit=$2; shift 2
-  if (( SECONDS + limit > 590 )); then echo "$name skipped at ${SECONDS}s"; return; fi
-  timeout "$limit" $HF "$@" --json "$R/$name.json" > "$R/$name.log" 2>&1
-  echo "$name rc $? at ${SECONDS}s"; grep -E "^  (direct|stack) |host:" "$R/$name.log" | cut -c1-300
-}
 part d-threads-default 140 --concurrency 256 --threads "$TD"
 part e-one-client 140 --concurrency 256 --client-processes 1
 part f-command 250 --concurrency 64 256
