@@ -52,13 +52,10 @@ def processes_for(concurrency: int, cores: int) -> int:
 
 def split(concurrency: int, specs: Sequence[RequestSpec], parts: int) -> list[tuple[int, list[RequestSpec]]]:
     """(streams, requests) of each share: the streams as even as they go, the requests dealt round-robin (so each
-    share gets the same mix of lengths); a share with no stream is left out."""
+    share gets the same mix of lengths); never more shares than streams, and a share with no request is left out."""
     parts = max(1, min(parts, concurrency))
-    shares = []
-    for i in range(parts):
-        streams = concurrency // parts + (i < concurrency % parts)
-        shares.append((streams, list(specs[i::parts])))
-    return [(streams, share) for streams, share in shares if streams and share]
+    shares = [(concurrency // parts + (i < concurrency % parts), list(specs[i::parts])) for i in range(parts)]
+    return [(streams, share) for streams, share in shares if share]
 
 
 def merge(results: Sequence[LoadResult]) -> LoadResult:
@@ -75,7 +72,11 @@ def merge(results: Sequence[LoadResult]) -> LoadResult:
 
 class LoadProcesses:
     """``processes`` load-generator children, ready before the first level; ``run`` sends a closed loop through
-    them. A context manager: leaving it stops them."""
+    them. A context manager: leaving it stops them.
+
+    Not a ``ProcessPoolExecutor`` (as ``bench/routing_fleet.py`` runs whole fleets): a pool starts its workers as
+    work comes and may hand two shares to one worker, which would then start them one after the other; here each
+    share has a process of its own, started and warm before the level's clock runs."""
 
     def __init__(self, processes: int) -> None:
         self.processes = processes
