@@ -49,11 +49,10 @@ def is_spawn_child(cmdline: str) -> bool:
     return "multiprocessing.spawn import spawn_main" in cmdline
 
 
-def cpu_by_role(pid: int | None = None) -> dict[str, float]:
-    """CPU seconds (user + system) so far of process ``pid`` (default: this one) and its descendants, by role."""
+def roles_by_pid(pid: int | None = None) -> dict[int, tuple[str, float]]:
+    """Role and CPU seconds (user + system) so far of process ``pid`` (default: this one) and each descendant."""
     root = psutil.Process(pid or os.getpid())
-    totals: dict[str, float] = defaultdict(float)
-    roles: dict[int, str] = {}  # parents are listed before their children
+    found: dict[int, tuple[str, float]] = {}  # parents are listed before their children
     for process in [root, *root.children(recursive=True)]:
         try:
             times = process.cpu_times()
@@ -62,7 +61,7 @@ def cpu_by_role(pid: int | None = None) -> dict[str, float]:
             else:
                 cmdline = " ".join(process.cmdline())
                 role = role_of(cmdline)
-                parent = roles.get(process.ppid(), "other")
+                parent = found.get(process.ppid(), ("other", 0.0))[0]
                 if role == "other" and is_spawn_child(cmdline):
                     if parent == "bench":  # the load generator's own processes (bench/load_processes.py)
                         role = "bench"
@@ -70,8 +69,15 @@ def cpu_by_role(pid: int | None = None) -> dict[str, float]:
                         role = f"{parent}/{ENGINE_PROCESS}"
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue  # ended between the listing and the read: its time is lost either way
-        roles[process.pid] = role
-        totals[role] += times.user + times.system
+        found[process.pid] = (role, times.user + times.system)
+    return found
+
+
+def cpu_by_role(pid: int | None = None) -> dict[str, float]:
+    """CPU seconds so far of process ``pid`` (default: this one) and its descendants, summed by role."""
+    totals: dict[str, float] = defaultdict(float)
+    for role, seconds in roles_by_pid(pid).values():
+        totals[role] += seconds
     return dict(totals)
 
 
