@@ -7,7 +7,10 @@ ranks the variant's replicas by the prompt tokens it estimates each still has to
 prefill rate), then by how many of its requests each holds. Serve still probes the first-ranked replica's queue
 and moves on to the next when it is full (``max_ongoing_requests``).
 
-Each ingress replica's handle knows only what it sent itself, as with the router's in-flight book. Hooks used
+Each ingress replica's handle knows what it sent itself; with several ingress replicas that misses the long
+prompts the others sent, so where larger it takes each replica's last report on the stats board (its unprefilled
+prompt tokens, as the routing table last read them) plus its own prompts sent since (``router.replica_backlog.
+seen_backlog``; docs/routing.md, session 25). Hooks used
 (Ray 2.60's public ``ray.serve.request_router`` API): ``choose_replicas`` returns ranks tried in order;
 ``on_request_routed`` / ``on_request_completed`` fire once per dispatched request (``_private/router.py``).
 """
@@ -27,7 +30,7 @@ from ray.serve.request_router import FIFOMixin, PendingRequest, ReplicaID, Reque
 
 from engines.protocol import GenerationRequest
 from router.config import LatencyProfile
-from router.replica_backlog import prefill_backlog
+from router.replica_backlog import seen_backlog
 
 # serve.deployment(...).options(request_router_config=...) takes the class by import path.
 IMPORT_PATH = "serve_app.replica_router:LeastPrefillRequestRouter"
@@ -63,6 +66,20 @@ def _note_served_by(request_id: str, replica: str) -> None:
         _SERVED_BY.popitem(last=False)
 
 
+# Each engine replica's last report as this process's routing table last read it from the stats board: replica id
+# (Serve's unique_id) -> (its unprefilled prompt tokens, when it measured them, on time.monotonic()). Written by
+# RoutingTable.refresh on the ingress's event loop and read by the request routers in Serve's router thread: it is
+# replaced whole, never changed in place, so a reader holds one snapshot or the next (and, as with _SERVED_BY, the
+# routers read it through sys.modules).
+_REPORTED: dict[str, tuple[int, float]] = {}
+
+
+def note_reports(reports: dict[str, tuple[int, float]]) -> None:
+    """The replicas' reports as the stats board last showed them (see ``_REPORTED``)."""
+    global _REPORTED
+    _REPORTED = reports
+
+
 def _prompt_tokens(request: PendingRequest) -> int:
     """The prompt length of a ``generate`` call (a GenerationRequest); 0 for the other methods (stats, info)."""
     for arg in request.args:
@@ -76,7 +93,8 @@ class LeastPrefillRequestRouter(FIFOMixin, RequestRouter):
         self, prefill_tokens_per_s: float = LatencyProfile().prefill_tokens_per_s, **kwargs: Any
     ) -> None:
         self._prefill_tokens_per_s = prefill_tokens_per_s
-        self._note = _registry()._note_served_by
+        self._registry = _registry()
+        self._note = self._registry._note_served_by
         logger.info("least_prefill request router at %.0f prompt tokens/s", prefill_tokens_per_s)
         # replica -> internal request id -> (prompt tokens, send time) of the requests not completed yet
         self._sent: dict[ReplicaID, dict[str, tuple[int, float]]] = {}
@@ -86,10 +104,12 @@ class LeastPrefillRequestRouter(FIFOMixin, RequestRouter):
         self, candidate_replicas: list[RunningReplica], pending_request: PendingRequest | None = None
     ) -> list[list[RunningReplica]]:
         now = time.monotonic()
+        reported = self._registry._REPORTED
 
         def load(replica: RunningReplica) -> tuple[float, int, float]:
             sent = self._sent.get(replica.replica_id, {})
-            backlog = prefill_backlog(sent.values(), now, self._prefill_tokens_per_s)
+            report = reported.get(str(getattr(replica.replica_id, "unique_id", replica.replica_id)))
+            backlog = seen_backlog(sent.values(), report, now, self._prefill_tokens_per_s)
             return (backlog, len(sent), random.random())  # random: spread ties instead of piling on the first
 
         return [[replica] for replica in sorted(candidate_replicas, key=load)]

@@ -24,6 +24,7 @@ from router.load import decode_pace
 from router.policy import missing_fields, reject_unsupported
 from router.redirect import RedirectedDemand, redirected_from
 from serve_app.config import AppConfig
+from serve_app.replica_router import note_reports
 from serve_app.stats_board import ReplicaReport
 
 logger = logging.getLogger("ray.serve")
@@ -97,6 +98,8 @@ class RoutingTable:
     async def refresh(self) -> None:
         snapshot = await self._snapshot_fn()
         now = time.monotonic()
+        # The request routers' view of each replica's prefill backlog (serve_app/replica_router.py), on this clock.
+        note_reports({r.replica: (r.stats.queued_prompt_tokens, now - r.age_s) for rs in snapshot.values() for r in rs})
         # A replica that reports no context length yet is still starting: not ready to route to.
         ready = {name: [r for r in replicas if r.stats.context_length] for name, replicas in snapshot.items()}
         self._snapshot = {name: replicas for name, replicas in ready.items() if replicas}

@@ -6,9 +6,10 @@ choices, ``request_router/pow_2_router.py``), never to one already holding ``max
 every replica is full (or none is ready yet) it waits at the handle in arrival order. ``replica_choice
 "least_prefill"`` instead takes the replica with the least prompt work queued (then the fewest ongoing
 requests) as the serve app's request router (serve_app/replica_router.py) sees it: each ingress replica's
-handle knows only the prompts it sent itself, and estimates what is left of them at the router's prefill rate
-(``router.replica_backlog``, the same function). With one ingress that is close to the true queue; with two,
-each sees half the fleet's sends, and a short request lands behind a long prefill the other ingress sent
+handle knows the prompts it sent itself, and estimates what is left of them at the router's prefill rate; where
+larger, it takes the replica's last report as of the ingress's last read of the board, plus its own prompts sent
+since (``router.replica_backlog.seen_backlog``, the same function). Without the reports, with two ingresses each
+would see half the fleet's sends, and a short request would land behind a long prefill the other ingress sent
 (``sim/ingress.py`` keeps the rest of each ingress's view apart). Scaling down stops starting replicas
 first, then drains the least loaded ready ones: they take nothing new and release their GPUs once their open
 requests finish (Serve's graceful shutdown).
@@ -21,7 +22,7 @@ from collections import deque
 from collections.abc import Iterator
 
 from engines.profile import EngineProfile
-from router.replica_backlog import prefill_backlog
+from router.replica_backlog import seen_backlog
 from serve_app.config import ReplicaChoice
 from sim.replica import ReplicaState, SimReplica
 from sim.request import SimRequest
@@ -44,6 +45,9 @@ class SimDeployment:
         # least_prefill: what each ingress's handle sent each replica and has not seen complete, by request
         # index: (prompt tokens, send time); drained at the rate the app's request router is configured with.
         self._sent: list[dict[str, dict[int, tuple[int, float]]]] = [{} for _ in range(ingress_replicas)]
+        # least_prefill: each ingress's copy of the replicas' last reports, as of its last read of the stats board
+        # (replica id -> (queued prompt tokens, when measured)); the simulation sets it at each ingress's refresh.
+        self.reported: list[dict[str, tuple[int, float]]] = [{} for _ in range(ingress_replicas)]
         self._prefill_tokens_per_s = prefill_tokens_per_s or profile.prefill_tokens_per_s
         self.profile = profile
         self.max_ongoing_requests = max_ongoing_requests
@@ -115,11 +119,12 @@ class SimDeployment:
             only = ready[0]
             return only if only.ongoing < limit else None
         if self.replica_choice == "least_prefill":
-            sent = self._sent[request.ingress]
+            sent, reported = self._sent[request.ingress], self.reported[request.ingress]
 
             def seen(replica: SimReplica) -> tuple[float, int, float]:
                 own = sent.get(replica.replica_id, {})
-                backlog = prefill_backlog(own.values(), now, self._prefill_tokens_per_s)
+                report = reported.get(replica.replica_id)
+                backlog = seen_backlog(own.values(), report, now, self._prefill_tokens_per_s)
                 return (backlog, len(own), self._rng.random())  # random: ties spread, as the app's router does
 
             # Serve probes the first-ranked replica's true queue and moves on when it is full.

@@ -258,6 +258,13 @@ class Simulation:
                 name: min((r.report.at_s for r in d.ready if r.report is not None), default=now)
                 for name, d in self.deployments.items()
             }
+            index = next(i for i, each in enumerate(self.ingresses) if each is ingress)
+            for deployment in self.deployments.values():  # what this ingress's handles see of each replica
+                deployment.reported[index] = {
+                    r.replica_id: (r.report.queued_prompt_tokens, r.report.at_s)
+                    for r in deployment.ready
+                    if r.report is not None
+                }
         return [ingress.book.annotate(v, now, ingress.report_at[v.name]) for v in ingress.snapshot.values()]
 
     def _snapshot_view(self, name: str, ingress: SimIngress, now: float) -> VariantView:

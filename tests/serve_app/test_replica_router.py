@@ -4,6 +4,7 @@ the router loaded by a real Serve app that spreads one variant over two replicas
 from __future__ import annotations
 
 import asyncio
+import time
 from types import SimpleNamespace
 from typing import NamedTuple
 
@@ -15,7 +16,7 @@ from ray.serve._private.request_router.request_router import RequestRouter
 from engines.protocol import GenerationRequest, SamplingParams
 from serve_app.app import build_app
 from serve_app.config import VariantConfig
-from serve_app.replica_router import IMPORT_PATH, LeastPrefillRequestRouter, replica_of
+from serve_app.replica_router import IMPORT_PATH, LeastPrefillRequestRouter, note_reports, replica_of
 
 
 def _router(prefill_tokens_per_s: float) -> LeastPrefillRequestRouter:
@@ -51,6 +52,21 @@ def test_a_replica_with_a_long_prompt_queued_is_ranked_after_one_with_short_ones
 
 class _ReplicaID(NamedTuple):  # hashable, with a ReplicaID's unique_id
     unique_id: str
+
+
+def test_a_replica_another_ingress_loaded_is_ranked_after_an_idle_one_once_the_board_shows_it():
+    """Where this handle sent nothing, the replica's last report on the stats board (another ingress's long
+    prompt) ranks it; the routing table hands the reports over (serve_app/routing.py: RoutingTable.refresh)."""
+    router = _router(prefill_tokens_per_s=1.0)  # nothing drains during the test
+    loaded, idle = SimpleNamespace(replica_id=_ReplicaID("loaded")), SimpleNamespace(replica_id=_ReplicaID("idle"))
+    router.on_request_routed(_pending("mine", 10), _ReplicaID("idle"), None)  # this handle's only send
+    assert _ranked(router, [idle, loaded]) == [_ReplicaID("loaded"), _ReplicaID("idle")]
+    try:
+        note_reports({"loaded": (5000, time.monotonic()), "idle": (0, time.monotonic() - 60.0)})
+
+        assert _ranked(router, [loaded, idle]) == [_ReplicaID("idle"), _ReplicaID("loaded")]
+    finally:
+        note_reports({})
 
 
 def test_the_replica_a_generate_call_went_to_is_named_once_by_its_request_id():

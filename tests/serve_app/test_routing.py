@@ -334,3 +334,20 @@ async def test_a_variant_at_zero_replicas_that_requests_prefer_gets_one_wake_up_
     table.decide(features)
     await asyncio.sleep(0.01)
     assert woken == [cheap, cheap]  # still at zero after the answer: the next redirected request wakes it again
+
+
+async def test_a_refresh_hands_each_replicas_unprefilled_prompt_tokens_to_the_request_routers(table):
+    from serve_app import replica_router
+
+    async def snapshot():
+        return {"tiny": [ReplicaReport("a", 2.0, EngineStats(queued_prompt_tokens=700, context_length=1024))]}
+
+    table._snapshot_fn = snapshot
+    try:
+        before = time.monotonic()
+        await table.refresh()
+        tokens, measured_at = replica_router._REPORTED["a"]
+        assert tokens == 700
+        assert before - 2.0 <= measured_at <= time.monotonic() - 2.0  # dated by the report's age, on this clock
+    finally:
+        replica_router.note_reports({})
