@@ -73,6 +73,7 @@ from engines.protocol import (
 )
 from engines.rate import TokenRate
 from engines.trtllm import iteration_load, response_format
+from engines.unprefilled import UnprefilledPrompts
 
 logger = logging.getLogger(__name__)
 
@@ -244,6 +245,7 @@ class OpenAIServerEngine(Engine):
         self._checkpoint: CheckpointInfo | None = None
         self._context_length = 0
         self._open = 0
+        self._unprefilled = UnprefilledPrompts()  # stats' queued_prompt_tokens (the server reports none)
         self._load: ServerLoad | None = None
         self._load_at = 0.0  # monotonic time of the last answer of the metrics endpoint
         self._max_running = config.batch_slots() or 0  # batch slots: configured, else learnt from the metrics
@@ -406,16 +408,22 @@ class OpenAIServerEngine(Engine):
             trtllm_serve=self._config.url is None and is_trtllm_serve(self._config.command),
         )
         self._open += 1
+        self._unprefilled.add(request.request_id, n_prompt)
+        prefilling = True
         try:
             async with client.stream("POST", "/v1/completions", json=body) as response:
                 await _raise_for_status(response)
                 async for delta in self._deltas(request, response):
+                    if prefilling:  # its first output: the prompt is prefilled
+                        prefilling = False
+                        self._unprefilled.done(request.request_id)
                     yield delta
         except httpx.TransportError as e:  # connection refused / reset / cut mid-body / idle timeout
             await self._let_a_dying_server_exit()
             raise EngineDeadError(self._dead_reason(f"the engine server's stream broke ({e!r})")) from None
         finally:
             self._open -= 1
+            self._unprefilled.done(request.request_id)
 
     async def _deltas(self, request: GenerationRequest, response: httpx.Response) -> AsyncIterator[Delta]:
         stream = OutputStream(request, self._rate)
@@ -535,6 +543,7 @@ class OpenAIServerEngine(Engine):
         return EngineStats(
             queued_requests=queued,
             running_requests=running,
+            queued_prompt_tokens=self._unprefilled.total,
             kv_blocks_used=kv_used,
             kv_blocks_total=kv_total,
             tokens_per_s=self._rate.rate(now),

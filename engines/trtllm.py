@@ -76,6 +76,7 @@ from engines.protocol import (
     validate_request,
 )
 from engines.rate import TokenRate
+from engines.unprefilled import UnprefilledPrompts
 
 logger = logging.getLogger(__name__)
 
@@ -295,6 +296,7 @@ class TRTLLMEngine(Engine):
         self._max_batch_size = 0  # batch slots; 0: unknown (see _resolve_max_batch_size)
         self._checkpoint: CheckpointInfo | None = None
         self._open: dict[str, Any] = {}  # request_id -> RequestOutput, for stats and shutdown
+        self._unprefilled = UnprefilledPrompts()  # stats' queued_prompt_tokens (the LLM API reports none)
         self._iteration_stats: dict[str, Any] | None = None
         self._stats_task: asyncio.Task | None = None
         self._request_error: type[Exception] = _NoRequestError
@@ -428,11 +430,16 @@ class TRTLLMEngine(Engine):
         except RuntimeError as e:  # "LLM is shutting down"
             raise EngineDeadError(f"TensorRT-LLM cannot take requests: {e}") from e
         self._open[request.request_id] = output
+        self._unprefilled.add(request.request_id, n_prompt)
         if self._stats_task is None:
             self._stats_task = asyncio.create_task(self._poll_stats(), name="trtllm-stats")
         finished = False
+        prefilling = True
         try:
             async for delta in self._deltas(request, output):
+                if prefilling:  # its first output: the prompt is prefilled
+                    prefilling = False
+                    self._unprefilled.done(request.request_id)
                 finished = delta.finished
                 yield delta
         except (InvalidRequestError, EngineDeadError):
@@ -443,6 +450,7 @@ class TRTLLMEngine(Engine):
             raise EngineDeadError(f"TensorRT-LLM failed during request {request.request_id}: {e}") from e
         finally:
             self._open.pop(request.request_id, None)
+            self._unprefilled.done(request.request_id)
             if not finished:
                 # Closing or cancelling the stream: without abort() the executor generates on.
                 with contextlib.suppress(Exception):
@@ -545,6 +553,7 @@ class TRTLLMEngine(Engine):
         return EngineStats(
             queued_requests=queued,
             running_requests=running,
+            queued_prompt_tokens=self._unprefilled.total,
             kv_blocks_used=kv_used,
             kv_blocks_total=kv_total,
             context_tokens=kv_used * tokens_per_block,  # whole blocks: a slight overcount

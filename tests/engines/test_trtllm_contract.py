@@ -558,6 +558,25 @@ async def test_stats_polling_waits_for_the_first_request_contract(fake_trtllm, h
     await engine.shutdown()
 
 
+async def test_a_prompt_counts_as_queued_prompt_tokens_until_its_first_output_contract(
+    fake_trtllm, hf_checkpoint, monkeypatch
+):
+    """The LLM API reports no unprefilled prompt tokens; the adapter counts a request's prompt from its submission
+    to its first output (engines/unprefilled.py), for the request routers' replica choice."""
+    gate = asyncio.Event()  # clear: the executor takes no step, so no first token comes
+    monkeypatch.setattr(fake_trtllm.LLM, "executor_gate", gate)
+    engine = await started(config(hf_checkpoint))
+    stream = engine.generate(request(max_tokens=100_000, ignore_eos=True))
+    first = asyncio.create_task(anext(stream))
+    await wait_for(lambda: engine.stats().queued_prompt_tokens == len(PROMPT))
+    gate.set()
+    await first
+    assert engine.stats().queued_prompt_tokens == 0
+    await stream.aclose()
+    assert engine.stats().queued_prompt_tokens == 0
+    await engine.shutdown()
+
+
 async def test_stats_keep_coming_after_an_iteration_longer_than_the_poll_interval_contract(
     fake_trtllm, hf_checkpoint, monkeypatch
 ):

@@ -10,6 +10,7 @@ sidecar process path (start, stream, abort, crash) is tested against transformer
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 from pathlib import Path
@@ -117,6 +118,22 @@ async def test_without_chunked_prefill_a_long_prompt_is_the_clients_error_contra
             await anext(engine.generate(request()))
     finally:
         await engine.shutdown()
+
+
+async def test_a_prompt_counts_as_queued_prompt_tokens_until_its_first_output_contract(trtllm_serve):
+    """trtllm-serve reports no unprefilled prompt tokens; the adapter counts a request's prompt from its
+    submission to its first output (engines/unprefilled.py). The fake's first step comes after FAKE_TRTLLM_STEP_S."""
+    engine = await started(sidecar(trtllm_serve, env={"FAKE_TRTLLM_STEP_S": "1.0"}))
+    stream = engine.generate(request(max_tokens=100_000, ignore_eos=True))
+    try:
+        first = asyncio.create_task(anext(stream))
+        await wait_for(lambda: engine.stats().queued_prompt_tokens == len(PROMPT))
+        await first
+        assert engine.stats().queued_prompt_tokens == 0
+    finally:
+        await stream.aclose()
+        await engine.shutdown()
+    assert engine.stats().queued_prompt_tokens == 0
 
 
 async def test_load_under_load_comes_from_the_open_streams_and_one_metrics_poll_at_a_time_contract(trtllm_serve):
