@@ -435,8 +435,9 @@ class VariantConfig(StrictModel):
     replica_choice: ReplicaChoice = Field(
         "least_prefill",
         description="How a request finds its replica within this variant: 'least_prefill' ranks replicas by the "
-        "prompt work the ingress sent them that is not yet prefilled (serve_app/replica_router.py; keeps short "
-        "prompts from queueing behind long ones), 'power_of_two' is Serve's default (ongoing requests).",
+        "prompt work not yet prefilled, from what the ingress sent them and their own reports on the stats board "
+        "(serve_app/replica_router.py; keeps short prompts from queueing behind long ones), 'power_of_two' is "
+        "Serve's default (ongoing requests).",
     )
     runtime_env: EngineRuntimeEnv | None = Field(
         None,
