@@ -27,11 +27,10 @@ import logging
 import os
 import random
 import shutil
-import socket
 import sys
 from collections.abc import MutableMapping, Sequence
 
-from engines.ports import free_port
+from engines.ports import free_port, free_port_between
 from serve_app.ray_compat import RAY_2_60, ray_version_text
 from serve_app.ray_compat import ray_version as installed_ray_version
 
@@ -151,11 +150,12 @@ def isolate_cluster_ports(environ: MutableMapping[str, str] | None = None) -> No
         for key in (*HAPROXY_FIXED_PORTS, *(key for pair in DIRECT_INGRESS_RANGES for key in pair)):
             env.pop(key, None)
     env[ISOLATED_BY] = str(os.getpid())
-    taken = {env[key] for key in HAPROXY_FIXED_PORTS if key in env}
+    taken = {int(env[key]) for key in HAPROXY_FIXED_PORTS if env.get(key, "").isdigit()}
     for key in HAPROXY_FIXED_PORTS:
         if key not in env:
-            env[key] = str(_free_port_outside_ephemeral_range(taken))
-            taken.add(env[key])
+            port = _free_port_outside_ephemeral_range(taken)
+            env[key] = str(port)
+            taken.add(port)
     if any(key in env for pair in DIRECT_INGRESS_RANGES for key in pair):
         return
     slots = (_DIRECT_INGRESS_LAST - _DIRECT_INGRESS_FIRST) // (DIRECT_INGRESS_SPAN * len(DIRECT_INGRESS_RANGES))
@@ -165,24 +165,15 @@ def isolate_cluster_ports(environ: MutableMapping[str, str] | None = None) -> No
         env[low], env[high] = str(start), str(start + DIRECT_INGRESS_SPAN - 1)
 
 
-def _free_port_outside_ephemeral_range(taken: set[str]) -> int:
-    """A port in [_FIXED_PORTS_FIRST, _FIXED_PORTS_LAST) nobody listens on now, other than ``taken``.
+def _free_port_outside_ephemeral_range(taken: set[int]) -> int:
+    """A free port in [_FIXED_PORTS_FIRST, _FIXED_PORTS_LAST), other than ``taken``.
 
     Not one the kernel hands out (``bind(0)``, an outgoing connection): HAProxy binds its stats and metrics ports
     again at every reload (each deployment change), and in the suite one such port from the ephemeral range had
     been taken meanwhile ("cannot bind socket (Address already in use)", session 24: 142 tests of one run failed
     to start their app). Below Linux's ephemeral range only an explicit bind can take it."""
-    for _ in range(200):
-        port = random.randrange(_FIXED_PORTS_FIRST, _FIXED_PORTS_LAST)
-        if str(port) in taken:
-            continue
-        with socket.socket() as probe:
-            try:
-                probe.bind(("0.0.0.0", port))
-            except OSError:
-                continue
-        return port
-    return free_port("0.0.0.0")  # the band is full: an ephemeral port, as before
+    port = free_port_between(_FIXED_PORTS_FIRST, _FIXED_PORTS_LAST, "0.0.0.0", avoid=taken)
+    return free_port("0.0.0.0") if port is None else port  # the band is full: an ephemeral port, as before
 
 
 def main(argv: Sequence[str] | None = None) -> None:

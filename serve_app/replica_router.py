@@ -80,6 +80,11 @@ def note_reports(reports: dict[str, tuple[int, float]]) -> None:
     _REPORTED = reports
 
 
+def _unique_id(replica_id: ReplicaID) -> str:
+    """A ReplicaID's unique_id, the board's name for the replica (anything else, as in tests, by its string)."""
+    return str(getattr(replica_id, "unique_id", replica_id))
+
+
 def _prompt_tokens(request: PendingRequest) -> int:
     """The prompt length of a ``generate`` call (a GenerationRequest); 0 for the other methods (stats, info)."""
     for arg in request.args:
@@ -108,7 +113,7 @@ class LeastPrefillRequestRouter(FIFOMixin, RequestRouter):
 
         def load(replica: RunningReplica) -> tuple[float, int, float]:
             sent = self._sent.get(replica.replica_id, {})
-            report = reported.get(str(getattr(replica.replica_id, "unique_id", replica.replica_id)))
+            report = reported.get(_unique_id(replica.replica_id))
             backlog = seen_backlog(sent.values(), report, now, self._prefill_tokens_per_s)
             return (backlog, len(sent), random.random())  # random: spread ties instead of piling on the first
 
@@ -119,8 +124,7 @@ class LeastPrefillRequestRouter(FIFOMixin, RequestRouter):
         sent[pending_request.metadata.internal_request_id] = (_prompt_tokens(pending_request), time.monotonic())
         for arg in pending_request.args:
             if isinstance(arg, GenerationRequest):
-                # A ReplicaID's unique_id (anything else, as in tests, by its string).
-                self._note(arg.request_id, str(getattr(replica_id, "unique_id", replica_id)))
+                self._note(arg.request_id, _unique_id(replica_id))
 
     def on_request_completed(self, replica_id: ReplicaID, internal_request_id: str) -> None:
         sent = self._sent.get(replica_id)
