@@ -10,6 +10,10 @@ Admission follows TensorRT-LLM's default (GUARANTEED_NO_EVICT) scheduler: a requ
 reserves its whole context (prompt + max_tokens) in the KV cache, in arrival order; the head of the queue
 blocks the rest when it does not fit (alone, it always runs).
 
+With a :class:`~engines.prefix_cache.PrefixCache` (the profile's ``block_reuse``), an admitted prompt takes its
+cached leading blocks and only the rest is prefilled; its blocks are stored when its prefill completes and stay
+cached after it ends, in the KV that running sequences have not reserved.
+
 The owner keeps the decoding sequences (the simulator in a heap by finish step, the emulator in a list) and
 tells this class when one finishes; here only their number matters.
 """
@@ -17,9 +21,11 @@ tells this class when one finishes; here only their number matters.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
+from engines.prefix_cache import PrefixCache
 from engines.profile import EngineProfile
 
 
@@ -28,6 +34,13 @@ class Batchable(Protocol):
 
     prompt_tokens: int
     remaining_prefill: int  # prompt tokens not yet prefilled; set on admission
+    cached_tokens: int  # prompt tokens taken from the prefix cache; set on admission
+    held_blocks: int  # leading blocks it references in the prefix cache
+
+    @property
+    def block_hashes(self) -> Sequence[int]:
+        """The prompt's whole KV blocks (engines.kv_blocks); empty: nothing to reuse."""
+        ...
 
     @property
     def kv_tokens(self) -> int:
@@ -56,6 +69,7 @@ class ContinuousBatch(Generic[R]):
 
     def __init__(self, profile: EngineProfile) -> None:
         self.profile = profile
+        self.cache = PrefixCache(profile.kv_block_tokens) if profile.block_reuse else None
         self.waiting: deque[R] = deque()  # no slot or KV room yet
         self.prefilling: deque[R] = deque()  # admitted, prompt not fully prefilled
         self.decoding = 0  # admitted, prompt done, making a token per iteration
@@ -86,9 +100,21 @@ class ContinuousBatch(Generic[R]):
             waiting.popleft()
             self.kv_used += request.kv_tokens
             request.remaining_prefill = request.prompt_tokens
+            if self.cache is not None and request.block_hashes:
+                request.held_blocks, reused = self.cache.acquire(request.block_hashes, request.prompt_tokens)
+                request.cached_tokens = reused
+                request.remaining_prefill -= reused
+                self.queued_prompt_tokens -= reused
             self.prefilling.append(request)
             admitted.append(request)
+        if admitted:
+            self._fit_cache()
         return admitted
+
+    def _fit_cache(self) -> None:
+        """Cached blocks no sequence uses live in the KV that admitted sequences have not reserved."""
+        if self.cache is not None:
+            self.cache.fit(self.profile.kv_cache_tokens - self.kv_used)
 
     def plan(self) -> Iteration[R] | None:
         """The next iteration from the current batch, or None when there is nothing to run."""
@@ -120,13 +146,22 @@ class ContinuousBatch(Generic[R]):
                 # Prefill completes in FIFO order, so the finished prompt is at the head.
                 self.prefilling.popleft()
                 self.decoding += 1
+                if self.cache is not None and request.block_hashes:
+                    request.held_blocks = self.cache.store(request.block_hashes, request.held_blocks)
                 done.append(request)
         return done
 
     def finish(self, request: R) -> None:
-        """A decoding request is done: its slot and KV reservation are free."""
+        """A decoding request is done: its slot and KV reservation are free (its prompt's blocks stay cached)."""
         self.decoding -= 1
+        self._free(request)
+
+    def _free(self, request: R) -> None:
         self.kv_used -= request.kv_tokens
+        if self.cache is not None and request.held_blocks:
+            self.cache.release(request.block_hashes, request.held_blocks)
+            request.held_blocks = 0
+        self._fit_cache()
 
     def cancel(self, request: R, *, decoding: bool) -> None:
         """Removes a request wherever it is (aborted by its client), freeing what it held."""
@@ -135,7 +170,7 @@ class ContinuousBatch(Generic[R]):
         elif request in self.prefilling:
             self.prefilling.remove(request)
             self.queued_prompt_tokens -= request.remaining_prefill
-            self.kv_used -= request.kv_tokens
+            self._free(request)
         elif request in self.waiting:
             self.waiting.remove(request)
             self.queued_prompt_tokens -= request.prompt_tokens

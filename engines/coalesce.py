@@ -91,6 +91,7 @@ def merge_deltas(deltas: list[Delta]) -> Delta:
         first_token_time=next((d.first_token_time for d in deltas if d.first_token_time), None),
         arrival_time=last.arrival_time,
         error=last.error,
+        cached_tokens=last.cached_tokens,
         logprobs=[entry for d in deltas for entry in d.logprobs or ()] if any(d.logprobs for d in deltas) else None,
     )
 

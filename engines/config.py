@@ -575,9 +575,6 @@ class EmulatedEngineConfig(StrictModel):
     max_queued_requests: int = Field(
         1024, ge=0, description="Requests waiting for a batch slot; beyond this the engine answers overloaded (429)."
     )
-    kv_block_tokens: int = Field(
-        32, ge=1, description="Tokens per KV cache block in the stats (TensorRT-LLM's tokens_per_block default)."
-    )
     seed: int = Field(
         0, description="Seeds where requests without a seed start in the text (greedy requests start by prompt)."
     )

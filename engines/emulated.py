@@ -42,6 +42,7 @@ from engines.batching import ContinuousBatch, Iteration
 from engines.coalesce import Cadence, interval_s
 from engines.config import EmulatedEngineConfig
 from engines.iteration_timer import IterationTimer
+from engines.kv_blocks import KvEvents, block_hashes
 from engines.output import OutputStream, stop_token_ids
 from engines.protocol import (
     Delta,
@@ -68,10 +69,13 @@ class _Sequence:
     prompt_tokens: int
     max_tokens: int
     cursor: int  # the next position in the token source
+    block_hashes: list[int]  # the prompt's whole KV blocks, for the prefix cache (empty without block reuse)
     stop_ids: frozenset[int]
     eos_id: int | None  # what the "model" says at a paragraph's end; None: ignore_eos (read on)
     min_tokens: int = 0  # no EOS and no stop token id before this many tokens (the walk reads past them)
     remaining_prefill: int = 0
+    cached_tokens: int = 0  # prompt tokens the prefix cache supplied
+    held_blocks: int = 0
     generated: int = 0
     decoding: bool = False
     finished: bool = False  # the engine ended it (max_tokens, EOS, a stop token id)
@@ -186,11 +190,20 @@ class EmulatedEngine(Engine):
     def context_length(self) -> int:
         return self.profile.context_length
 
+    @property
+    def kv_block_tokens(self) -> int | None:
+        return self.profile.kv_block_tokens if self._batch.cache is not None else None
+
+    def kv_events(self) -> KvEvents | None:
+        cache = self._batch.cache
+        return None if cache is None else cache.drain_events()
+
     # ---------------------------------------------------------------- stats
 
     def stats(self) -> EngineStats:
         batch, profile = self._batch, self.profile
-        block = self.config.kv_block_tokens
+        block = profile.kv_block_tokens
+        cache = batch.cache
         running = [*self._decoding, *batch.prefilling]
         now = time.monotonic()
         return EngineStats(
@@ -209,6 +222,9 @@ class EmulatedEngine(Engine):
             max_running_requests=profile.max_running_requests,
             # Streams still open and sequences still scheduled, each once: 0 when idle, more means a leak.
             registered_requests=len(self._live.union(running, batch.waiting, self._aborted)),
+            cached_blocks=len(cache) if cache is not None else 0,
+            cache_hit_tokens=cache.hit_tokens if cache is not None else 0,
+            cache_prompt_tokens=cache.prompt_tokens if cache is not None else 0,
         )
 
     # ---------------------------------------------------------------- generation
@@ -238,10 +254,12 @@ class EmulatedEngine(Engine):
         assert self._source is not None and self._loop is not None
         s = request.sampling
         stop_ids = stop_token_ids(s, self._eos_ids)
+        cache = self._batch.cache
         seq = _Sequence(
             prompt_tokens=len(request.prompt_token_ids),
             max_tokens=s.max_tokens,
             cursor=self._source.start(request.prompt_token_ids, s.seed, s.greedy, self._rng),
+            block_hashes=[] if cache is None else block_hashes(request.prompt_token_ids, cache.block_tokens),
             stop_ids=frozenset(stop_ids),
             eos_id=None if s.ignore_eos or not self._eos_ids else self._eos_ids[0],
             min_tokens=s.min_tokens,
@@ -275,6 +293,8 @@ class EmulatedEngine(Engine):
                     length_reached=seq.generated >= s.max_tokens,
                     first_token_time=seq.first_token_time,
                 )
+                if cache is not None:
+                    delta.cached_tokens = seq.cached_tokens
                 # the next one an interval after this one was due (at once if this one showed no text)
                 seq.cadence.sent(time.monotonic(), readable=delta.readable)
                 yield delta

@@ -47,6 +47,14 @@ class EngineProfile(StrictModel):
         "(TensorRT-LLM's default GUARANTEED_NO_EVICT scheduler reserves the whole sequence).",
     )
     context_length: int = Field(ge=2, description="Prompt + output tokens one sequence may hold.")
+    block_reuse: bool = Field(
+        True,
+        description="Whether finished prompts' KV blocks are kept and reused by later prompts that start with them "
+        "(TensorRT-LLM's KvCacheConfig.enable_block_reuse, on by default; engines/prefix_cache.py).",
+    )
+    kv_block_tokens: int = Field(
+        32, ge=1, description="Tokens per KV cache block: the unit of reuse (TensorRT-LLM's tokens_per_block)."
+    )
     startup_s: float = Field(
         60.0, ge=0, description="From a replica being added to it serving: placement, weight load, warm-up."
     )

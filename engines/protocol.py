@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from core.errors import ContextTooLongError, InvalidRequestError
+from engines.kv_blocks import KvEvents
 
 FINISH_STOP = "stop"  # EOS, a stop token id or a stop string
 FINISH_LENGTH = "length"  # max_tokens reached (or the context is full)
@@ -142,6 +143,9 @@ class GenerationRequest:
     prompt_token_ids: list[int]
     sampling: SamplingParams = field(default_factory=SamplingParams)
     arrival_time: float = field(default_factory=time.time)
+    # For the replica choice in the caller (serve_app/replica_router.py), not for the engine: the prompt tokens
+    # each replica of the variant that holds any of this prompt has cached (router/prefix_index.py).
+    cached_by_replica: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +170,9 @@ class Delta:
     arrival_time: float | None = None  # wall-clock time the engine received the request
     error: str | None = None  # set on a final delta when the engine failed mid-stream
     logprobs: list[TokenLogprob] | None = None  # with SamplingParams.logprobs: one per generated token, in order
+    # Prompt tokens the engine took from its KV cache instead of prefilling them (OpenAI's
+    # usage.prompt_tokens_details.cached_tokens); None: the engine does not say. Set from the first token on.
+    cached_tokens: int | None = None
 
     @property
     def finished(self) -> bool:
@@ -201,6 +208,12 @@ class EngineStats:
     # Posted once by a replica whose engine is still starting (context_length 0): seconds from that post until it
     # expects to serve (0.0: not starting, or no estimate). The router counts its slots from then (router.load).
     starting_ready_in_s: float = 0.0
+    # The prefix cache, where the engine keeps one it can tell of (Engine.kv_block_tokens): blocks it holds now, and
+    # since its start the prompt tokens it took from the cache and the prompt tokens it admitted (their ratio is
+    # its prefix hit rate).
+    cached_blocks: int = 0
+    cache_hit_tokens: int = 0
+    cache_prompt_tokens: int = 0
 
     @property
     def kv_used_fraction(self) -> float:
@@ -292,3 +305,16 @@ class Engine(abc.ABC):
         """How long :meth:`start` is expected to take (0.0: not known). A serving replica tells the routers when it
         will serve from this (serve_app/engine_deployment.py)."""
         return 0.0
+
+    @property
+    def kv_block_tokens(self) -> int | None:
+        """Tokens per KV cache block, where the engine reuses cached prompt blocks and reports them through
+        :meth:`kv_events`; None: it tells nothing of its cache (the router then keeps an approximate index from
+        what it sent, router/prefix_index.py)."""
+        return None
+
+    def kv_events(self) -> KvEvents | None:
+        """What the engine's prefix cache stored and removed since the last call (engines/kv_blocks.py), drained;
+        None where the engine cannot tell (:attr:`kv_block_tokens` is None). Called a few times a second by the
+        replica's stats loop, never on the request path."""
+        return None

@@ -115,6 +115,13 @@ class RouterConfig(StrictModel):
         "'length_threshold' (short prompts to the smallest-context variant, long ones to the "
         "largest-context one) and 'largest' (highest quality that fits).",
     )
+    prefix_routing: bool = Field(
+        True,
+        description="Route by the engines' prefix caches: predict each variant's TTFT from the prompt tokens its "
+        "best replica has not cached, and choose replicas by the prefill ahead of the request there, cached blocks "
+        "left out (router/prefix_index.py; docs/routing.md). Off: every prompt is predicted and placed as if "
+        "nothing were cached.",
+    )
     objective: Objective = Field(
         "quality",
         description="Among variants predicted to meet the SLO: 'quality' takes the highest quality, "

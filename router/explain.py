@@ -28,7 +28,7 @@ def candidates_header(predictions: Mapping[str, Prediction]) -> str:
     return "; ".join(
         f"{name} ttft={p.ttft_ms:.0f} ttft_up={p.ttft_upper_ms:.0f} tpot={p.tpot_ms:.1f} "
         f"tpot_up={p.tpot_upper_ms:.1f} ahead={p.queued_tokens_ahead:.0f} slot={p.waiting_for_slot:.1f} "
-        f"slowdown={p.slowdown:.2f} met={int(p.meets_slo)}"
+        f"slowdown={p.slowdown:.2f} cached={p.cached_tokens} met={int(p.meets_slo)}"
         for name, p in predictions.items()
     )
 

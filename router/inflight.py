@@ -137,8 +137,13 @@ class InflightBook:
         max_tokens: int = 0,
         replicas: int = 1,
         arrived_at: float | None = None,
+        cached_tokens: int = 0,
     ) -> RouteTicket:
+        """Books a request of ``prompt_tokens``, ``cached_tokens`` of which its replica is expected to take from its
+        prefix cache: the ticket counts (and its TTFT teaches) only the rest, the prefill it really costs."""
         book = self._books[variant]
+        needed = prompt_tokens + max_tokens
+        prompt_tokens -= cached_tokens
         book.requests += 1
         book.prompt_tokens += prompt_tokens
         book.unstarted_prompt_tokens += prompt_tokens
@@ -149,7 +154,7 @@ class InflightBook:
             variant, prompt_tokens, prediction, now, max_tokens, max(replicas, 1), arrived_at=arrived_at
         )
         book.unstarted[id(ticket)] = ticket
-        book.needed[id(ticket)] = prompt_tokens + max_tokens
+        book.needed[id(ticket)] = needed
         return ticket
 
     def first_token(self, ticket: RouteTicket, now: float) -> None:

@@ -499,7 +499,7 @@ class LatencyModel:
         at_measured = self.predict_tpot_ms(batch, load.prefill_tokens_per_s, load.context_tokens)
         return clamp_slowdown(load.measured_tpot_ms / at_measured / (1.0 + self.tpot_margin_for(prompt_tokens)))
 
-    def predict_request(self, prompt_tokens: int, load: Load) -> tuple[float, float]:
+    def predict_request(self, prompt_tokens: int, load: Load, cached_tokens: int = 0) -> tuple[float, float]:
         """``(predict_ttft_ms(prompt_tokens, load), predict_load_tpot_ms(load, None, prompt_tokens))``, the same
         figures in one pass: the reservation asks this of each kind it keeps room for, and the two share most of
         their terms (the prefill share of a step, the measured pace, the weights), which are computed once here.
@@ -551,7 +551,7 @@ class LatencyModel:
             slot_wait = tokens * tpot_running / running
             if slot_wait > load.slot_by_ms:
                 slot_wait = load.slot_by_ms
-        prefill = (prompt_tokens + load.queued_prompt_tokens) * ms_per_token
+        prefill = (prompt_tokens - cached_tokens + load.queued_prompt_tokens) * ms_per_token
         return base + slow * (prefill + steps * (batch_ms + context_ms)) + slot_wait + load.startup_ms, tpot
 
     def predict_idle_ttft_ms(self, prompt_tokens: int, startup_ms: float = 0.0) -> float:
@@ -560,8 +560,9 @@ class LatencyModel:
         _, _, _, per_context_token, base, ms_per_token, _, steps = self._coefficients
         return base + (prompt_tokens * ms_per_token + steps * (per_context_token * prompt_tokens)) + startup_ms
 
-    def predict_ttft_ms(self, prompt_tokens: int, load: Load) -> float:
-        """Milliseconds from dispatch to the first token of a ``prompt_tokens`` prompt under ``load``."""
+    def predict_ttft_ms(self, prompt_tokens: int, load: Load, cached_tokens: int = 0) -> float:
+        """Milliseconds from dispatch to the first token of a ``prompt_tokens`` prompt under ``load``, of which
+        ``cached_tokens`` come from the replica's prefix cache (not prefilled; still in the decode's context)."""
         base, ms_per_token, mean_output_tokens, steps = self._ttft.weights
         running = max(load.running, 1.0)
         tpot = self.predict_load_tpot_ms(load, running, margin_of=prompt_tokens)
@@ -577,7 +578,7 @@ class LatencyModel:
         )
         if slot_wait > load.slot_by_ms:
             slot_wait = load.slot_by_ms
-        prefill = (prompt_tokens + load.queued_prompt_tokens) * ms_per_token
+        prefill = (prompt_tokens - cached_tokens + load.queued_prompt_tokens) * ms_per_token
         step = self._batch_step_ms(load.batch_when_running, load.context_tokens + prompt_tokens)
         return base + self.slowdown(load, prompt_tokens) * (prefill + steps * step) + slot_wait + load.startup_ms
 

@@ -152,7 +152,7 @@ def _decide(
     likely_bar = 1.0 - config.slo_headroom if config.on_violation == "reject" else 1.0
     for view in candidates:
         load = _idle_load(view) if idle else replica_load(view, config)
-        prediction = judge.predict(view.latency, load)
+        prediction = judge.predict(view.latency, load, view.cached_prompt_tokens)
         name = view.name
         loads[name] = load
         predictions[name] = prediction
@@ -179,7 +179,7 @@ def _decide(
 def predict(request: RequestFeatures, view: VariantView, load: Load, config: RouterConfig) -> Prediction:
     """The latency ``view`` is predicted to give ``request`` under ``load``, judged against its SLO on the
     prediction inflated by the variant's learned error margin (see the module docstring)."""
-    return _Judge(request, config).predict(view.latency, load)
+    return _Judge(request, config).predict(view.latency, load, view.cached_prompt_tokens)
 
 
 class _Judge:
@@ -219,7 +219,7 @@ class _Judge:
         # The last prediction's mean figures' largest ratio to a target (see _route_slo), set by predict.
         self.ratio = 0.0
 
-    def predict(self, model: LatencyModel, load: Load) -> Prediction:
+    def predict(self, model: LatencyModel, load: Load, cached_tokens: int = 0) -> Prediction:
         prompt_tokens = self.prompt_tokens
         # LatencyModel.predict_request, inline (keep the two in step; tests/router/test_latency.py checks it).
         (
@@ -282,7 +282,8 @@ class _Judge:
         queued_prompt_tokens = load.queued_prompt_tokens
         ttft = (
             base
-            + slow * ((prompt_tokens + queued_prompt_tokens) * ms_per_token + steps * (batch_ms + context_ms))
+            + slow
+            * ((prompt_tokens - cached_tokens + queued_prompt_tokens) * ms_per_token + steps * (batch_ms + context_ms))
             + slot_wait
             + load.startup_ms
         )
@@ -328,6 +329,7 @@ class _Judge:
             tpot_upper,  # tpot_upper_ms
             slack,
             slow,  # slowdown
+            cached_tokens,
         )
 
 

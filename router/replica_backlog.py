@@ -10,7 +10,7 @@ choice raised attainment where long and short prompts share replicas (docs/sim.m
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 
 def prefill_backlog(sent: Iterable[tuple[int, float]], now: float, tokens_per_s: float) -> float:
@@ -45,3 +45,20 @@ def seen_backlog(
     tokens, measured_at = reported
     since = [item for item in sent if item[1] > measured_at]
     return max(own, prefill_backlog([(tokens, measured_at), *since], now, tokens_per_s))
+
+
+def prefill_ahead(backlog: float, prompt_tokens: int, cached_tokens: int) -> float:
+    """Prompt tokens a replica prefills before a request's first token: what is queued there, and the part of the
+    request's own prompt it has not cached. Ranking replicas by it weighs cache affinity against load in one unit:
+    a replica holding the prefix wins until its queue outgrows what its cache saves, and then the prefix spreads to
+    the next replica, which caches it from then on."""
+    return backlog + prompt_tokens - cached_tokens
+
+
+def best_cached(backlogs: Mapping[str, float], cached: Mapping[str, int], prompt_tokens: int) -> int:
+    """The cached prompt tokens on the replica with the least prefill ahead of the request (0: none cached, or no
+    replica known): what the variant's latency prediction should assume the request finds."""
+    if not cached:
+        return 0
+    best = min(backlogs, key=lambda r: prefill_ahead(backlogs[r], prompt_tokens, cached.get(r, 0)), default=None)
+    return 0 if best is None else cached.get(best, 0)

@@ -126,6 +126,9 @@ class VariantView:
     # spread over the replicas (the ready_replicas-th largest; 0: fewer open requests than replicas): whether work
     # that only this variant could take is on each of them (router.reservation.holds_exclusive).
     long_inflight_tokens: int = 0
+    # Prompt tokens of this request that the variant's best replica for it holds in its prefix cache
+    # (router.prefix_index, router.replica_backlog.best_cached): the prefill the prediction leaves out.
+    cached_prompt_tokens: int = 0
 
 
 # Not frozen: one is built per candidate variant per decision, and a frozen dataclass's __init__ costs three
@@ -154,6 +157,7 @@ class Prediction:
     # What the TTFT prediction stretched its step-bound work by for the engines' measured pace
     # (LatencyModel.slowdown); handed back to observe_ttft with the outcome.
     slowdown: float = 1.0
+    cached_tokens: int = 0  # prompt tokens assumed cached (VariantView.cached_prompt_tokens): not prefilled
 
 
 @dataclass(frozen=True, slots=True)

@@ -517,6 +517,23 @@ class VariantConfig(StrictModel):
             }
         return options
 
+    def prefix_cache(self) -> tuple[int, bool] | None:
+        """``(tokens per KV block, whether its engine reports its cache)`` where the variant's engine reuses cached
+        prompt blocks; None where it does not (the router then assumes nothing is cached there). An engine that
+        reuses blocks but reports nothing is indexed from what the router sent it (router/prefix_index.py)."""
+        engine = self.engine
+        if engine.backend == "emulated":
+            profile = engine.engine_profile()
+            return (profile.kv_block_tokens, True) if profile.block_reuse else None
+        if engine.backend == "trtllm":
+            kv = engine.kv_cache
+            if not kv.enable_block_reuse:
+                return None
+            return getattr(kv, "tokens_per_block", 32), getattr(kv, "event_buffer_max_size", 0) > 0
+        if engine.backend == "openai_server":  # trtllm-serve reuses blocks by default, 32 tokens a block
+            return 32, bool(getattr(engine, "kv_cache_events", False))
+        return None  # hf: transformers' continuous batching shares no prefix blocks between requests
+
 
 class IngressConfig(StrictModel):
     """The ingress deployment: HTTP parsing, tokenizing, routing and SSE framing (no model weights)."""

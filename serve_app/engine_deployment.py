@@ -13,6 +13,7 @@ from ray import serve
 
 from core.errors import EngineDeadError
 from engines.factory import make_engine
+from engines.kv_blocks import KvEvents
 from engines.protocol import Delta, EngineStats, GenerationRequest
 from serve_app.autoscaling import RecentLatency, engine_metrics
 from serve_app.config import VariantConfig
@@ -42,6 +43,7 @@ class EngineDeployment:
         self._latency = RecentLatency()  # recent TTFT/TPOT, for the autoscaling policy
         self._redirected = 0.0  # requests spilled or shed away from this variant (router.redirect), via the board
         self._board = board
+        self._kv_pending: KvEvents | None = None  # prefix cache changes not yet on the board
         self._replica = serve.get_replica_context().replica_id.unique_id
         # Beside the engine's start, not before it: at a first deploy the board may not serve yet.
         self._starting_post = asyncio.create_task(self._post_starting())
@@ -119,10 +121,25 @@ class EngineDeployment:
                 stats = self.stats()
                 self._metrics.set(stats)
                 # The answer: the demand the ingresses redirected away from this variant, for the autoscaler.
-                self._redirected = float(await self._board.post.remote(self.variant.name, self._replica, stats) or 0.0)
+                kv = self._unposted_kv()  # None: the engine tells nothing of its prefix cache
+                answer = await self._board.post.remote(self.variant.name, self._replica, stats, kv)
+                self._kv_pending = None
+                self._redirected = float(answer or 0.0)
             except Exception:  # the board restarting must not take the engine down
                 logger.warning("could not post stats to the board", exc_info=True)
             await asyncio.sleep(STATS_PERIOD_S)
+
+    def _unposted_kv(self) -> KvEvents | None:
+        """The cache's changes since the last post that reached the board: a failed post's are sent with the next
+        one, so that the board's copy of the cache never misses a change."""
+        events = self.engine.kv_events()
+        if events is None:
+            return self._kv_pending
+        if self._kv_pending is None:
+            self._kv_pending = events
+        else:
+            self._kv_pending.extend(events)
+        return self._kv_pending
 
     async def __del__(self) -> None:
         self._poster.cancel()

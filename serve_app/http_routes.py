@@ -240,7 +240,7 @@ class HttpRoutes:
                             tail = chunk
                 last = flight.last or first
                 if include_usage:
-                    tail += sse(shape.usage_chunk(last.prompt_tokens, last.completion_tokens))
+                    tail += sse(shape.usage_chunk(last.prompt_tokens, last.completion_tokens, last.cached_tokens))
                 yield tail + DONE
             except Exception as exc:  # after the first token: an error event, then [DONE]
                 failure = await self._pipeline.fail(flight, run, exc)  # aborted in the engine before the client is told
@@ -265,6 +265,7 @@ class HttpRoutes:
             last.prompt_tokens,
             last.completion_tokens,
             logprobs,
+            last.cached_tokens,
         )
         return JSONResponse(body, headers=flight.headers)
 
@@ -309,7 +310,8 @@ class HttpRoutes:
             tail = b""  # one write, as in _relay
             if include_usage:
                 lasts = [f.last or d for f, d in zip(flights, firsts, strict=True)]
-                tail = sse(shape.usage_chunk(lasts[0].prompt_tokens, sum(d.completion_tokens for d in lasts)))
+                completion = sum(d.completion_tokens for d in lasts)
+                tail = sse(shape.usage_chunk(lasts[0].prompt_tokens, completion, lasts[0].cached_tokens))
             yield tail + DONE
         except Exception as exc:  # after the first token: an error event, then [DONE]
             failure = exc if isinstance(exc, RequestFailed) else self._pipeline.failure(exc)
@@ -346,6 +348,7 @@ class HttpRoutes:
             [(text, openai_finish_reason(last.finish_reason), logprobs) for text, last, logprobs in results],
             results[0][1].prompt_tokens,
             sum(last.completion_tokens for _, last, _ in results),
+            results[0][1].cached_tokens,
         )
         return JSONResponse(body, headers=flights[0].headers)
 

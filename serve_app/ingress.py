@@ -77,6 +77,7 @@ class Ingress(HttpRoutes, GrpcRoutes):
             lambda: board.snapshot.remote(),
             publish=lambda source, levels: board.redirected.remote(source, levels),
             wake=lambda name: variants[name].info.remote(),  # a variant at zero replicas: Serve's cold start
+            kv_changes=lambda cursors: board.kv_changes.remote(cursors),  # the engines' prefix caches
         )
         routing.start()
         keys = KeyStore(parsed.auth)

@@ -25,12 +25,17 @@ def sse(payload: dict) -> bytes:
     return b"data: " + _encode(payload).encode() + b"\n\n"
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict:
-    return {
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int | None = None) -> dict:
+    """OpenAI's usage; ``prompt_tokens_details.cached_tokens`` where the engine said how much of the prompt its
+    prefix cache supplied."""
+    body: dict = {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
     }
+    if cached_tokens is not None:
+        body["prompt_tokens_details"] = {"cached_tokens": cached_tokens}
+    return body
 
 
 @dataclass(slots=True)
@@ -138,10 +143,10 @@ class ResponseShape:
         body["choices"] = [{"index": index, "delta": delta, "finish_reason": "tool_calls", "logprobs": lp}]
         return body
 
-    def usage_chunk(self, prompt_tokens: int, completion_tokens: int) -> dict:
+    def usage_chunk(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int | None = None) -> dict:
         body = self._base(self.chunk_object)
         body["choices"] = []
-        body["usage"] = usage(prompt_tokens, completion_tokens)
+        body["usage"] = usage(prompt_tokens, completion_tokens, cached_tokens)
         return body
 
     def full(
@@ -151,14 +156,16 @@ class ResponseShape:
         prompt_tokens: int,
         completion_tokens: int,
         logprobs: Sequence[TokenLogprob] | None = None,
+        cached_tokens: int | None = None,
     ) -> dict:
-        return self.full_choices([(text, finish_reason, logprobs)], prompt_tokens, completion_tokens)
+        return self.full_choices([(text, finish_reason, logprobs)], prompt_tokens, completion_tokens, cached_tokens)
 
     def full_choices(
         self,
         choices: Sequence[tuple[str, str | None, Sequence[TokenLogprob] | None]],
         prompt_tokens: int,
         completion_tokens: int,
+        cached_tokens: int | None = None,
     ) -> dict:
         """The whole response, one choice per (text, finish_reason, logprobs) indexed in order; usage is the
         request's: the prompt once, every choice's completion tokens."""
@@ -177,7 +184,7 @@ class ResponseShape:
             else:
                 out.append({"index": index, "text": text, "finish_reason": finish_reason, "logprobs": lp})
         body["choices"] = out
-        body["usage"] = usage(prompt_tokens, completion_tokens)
+        body["usage"] = usage(prompt_tokens, completion_tokens, cached_tokens)
         return body
 
 

@@ -46,7 +46,7 @@ from serve_app.metrics import IngressMetrics, RequestRecorder, count_request
 from serve_app.openai_api import ChatCompletionRequest, CompletionRequest, parse_request
 from serve_app.prompting import PromptBuilder
 from serve_app.replica_router import replica_of
-from serve_app.routing import RouteTicket, RoutingTable
+from serve_app.routing import PrefixLookup, RouteTicket, RoutingTable
 
 logger = logging.getLogger("ray.serve")
 
@@ -291,7 +291,8 @@ class Pipeline:
             self.config.router,
             sampling.requested_fields(),
         )
-        variant, reason, predictions, refused = await self._route(features)
+        prefix = self.routing.prefix_lookup(prompt_ids)
+        variant, reason, predictions, refused = await self._route(features, prefix)
         prediction = predictions.get(variant)
         flight.reason = reason
         flight.headers["x-route-reason"] = reason
@@ -304,14 +305,22 @@ class Pipeline:
         flight.headers["x-route-variant"] = variant
         flight.admission = await self._limits.admit(flight.principal, len(prompt_ids) + max_tokens)
         flight.ticket = self.routing.open(
-            variant, len(prompt_ids), prediction, max_tokens=max_tokens, arrived_at=flight.arrived_at
+            variant,
+            len(prompt_ids),
+            prediction,
+            max_tokens=max_tokens,
+            arrived_at=flight.arrived_at,
+            cached_tokens=0 if prediction is None else prediction.cached_tokens,
         )
         flight.headers.update(flight.ticket.headers())  # x-route-predicted-ttft-ms / -tpot-ms
         flight.recorder = RequestRecorder(
             self._metrics, variant, features.slo.ttft_ms, features.slo.tpot_ms, prediction
         )
         dispatched_at = self._clock()
-        first = await self._first_delta(flight, variant, GenerationRequest(flight.request_id, prompt_ids, sampling))
+        request = GenerationRequest(
+            flight.request_id, prompt_ids, sampling, cached_by_replica=prefix.cached.get(variant, {})
+        )
+        first = await self._first_delta(flight, variant, request)
         if first is None:
             first = Delta(text="", token_ids=[], finish_reason="stop", prompt_tokens=len(prompt_ids))
         now = self._clock()
@@ -320,6 +329,7 @@ class Pipeline:
         replica = replica_of(flight.request_id)  # the replica that served it, where our request router chose it
         if replica is not None:
             flight.headers["x-route-replica"] = replica
+            self.routing.note_routed(variant, replica, prefix)
         if self._ingress_id is not None:
             flight.headers["x-route-ingress"] = self._ingress_id
         flight.recorder.chunk(first.completion_tokens)
@@ -354,13 +364,15 @@ class Pipeline:
                 )
         raise AssertionError("unreachable")
 
-    async def _route(self, features: RequestFeatures) -> tuple[str, str, Mapping[str, Prediction], ServingError | None]:
+    async def _route(
+        self, features: RequestFeatures, prefix: PrefixLookup
+    ) -> tuple[str, str, Mapping[str, Prediction], ServingError | None]:
         """(variant, reason, every candidate's prediction, refusal): where the request goes, or the error that
         refuses it."""
         if not self.routing.has_live_stats():
             await self.routing.refresh()  # right after a deploy the background refresh may not have run
         no_stats = not self.routing.has_live_stats()
-        decision = self.routing.fallback(features) if no_stats else self.routing.decide(features)
+        decision = self.routing.fallback(features) if no_stats else self.routing.decide(features, prefix)
         if decision.rejected:
             error = error_for_rejection(decision, features.prompt_tokens, self.routing.context_lengths())
             return "", str(decision.reason), {}, error

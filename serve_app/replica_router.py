@@ -1,16 +1,18 @@
-"""Which replica of a variant takes a request: the one with the least prefill work this handle has sent it.
+"""Which replica of a variant takes a request: the one with the least prefill ahead of its first token there.
 
 Serve's default request router (power of two choices) compares ongoing requests, so a short interactive request
 goes behind a replica's long prefill as readily as behind a few decoding chats, and misses its TTFT. This router
 ranks the variant's replicas by the prompt tokens it estimates each still has to prefill
 (``router.replica_backlog``: the prompts this handle sent, drained first come first served at the variant's
-prefill rate), then by how many of its requests each holds. Serve still probes the first-ranked replica's queue
+prefill rate) plus the part of this request's prompt each has not cached (``GenerationRequest.cached_by_replica``,
+from the ingress's prefix index: ``router.replica_backlog.prefill_ahead``), then by how many of its requests each
+holds. Serve still probes the first-ranked replica's queue
 and moves on to the next when it is full (``max_ongoing_requests``).
 
 Each ingress replica's handle knows what it sent itself; with several ingress replicas that misses the long
 prompts the others sent, so where larger it takes each replica's last report on the stats board (its unprefilled
 prompt tokens, as the routing table last read them) plus its own prompts sent since (``router.replica_backlog.
-seen_backlog``; docs/routing.md, session 25). Hooks used
+seen_backlog``; docs/routing.md). Hooks used
 (Ray 2.60's public ``ray.serve.request_router`` API): ``choose_replicas`` returns ranks tried in order;
 ``on_request_routed`` / ``on_request_completed`` fire once per dispatched request (``_private/router.py``).
 """
@@ -30,7 +32,7 @@ from ray.serve.request_router import FIFOMixin, PendingRequest, ReplicaID, Reque
 
 from engines.protocol import GenerationRequest
 from router.config import LatencyProfile
-from router.replica_backlog import seen_backlog
+from router.replica_backlog import prefill_ahead, seen_backlog
 
 # serve.deployment(...).options(request_router_config=...) takes the class by import path.
 IMPORT_PATH = "serve_app.replica_router:LeastPrefillRequestRouter"
@@ -85,12 +87,13 @@ def _unique_id(replica_id: ReplicaID) -> str:
     return str(getattr(replica_id, "unique_id", replica_id))
 
 
-def _prompt_tokens(request: PendingRequest) -> int:
-    """The prompt length of a ``generate`` call (a GenerationRequest); 0 for the other methods (stats, info)."""
-    for arg in request.args:
-        if isinstance(arg, GenerationRequest):
-            return len(arg.prompt_token_ids)
-    return 0
+def _generation(request: PendingRequest | None) -> GenerationRequest | None:
+    """The GenerationRequest of a ``generate`` call; None for the other methods (stats, info)."""
+    if request is not None:
+        for arg in request.args:
+            if isinstance(arg, GenerationRequest):
+                return arg
+    return None
 
 
 class LeastPrefillRequestRouter(FIFOMixin, RequestRouter):
@@ -110,21 +113,29 @@ class LeastPrefillRequestRouter(FIFOMixin, RequestRouter):
     ) -> list[list[RunningReplica]]:
         now = time.monotonic()
         reported = self._registry._REPORTED
+        generation = _generation(pending_request)
+        prompt = 0 if generation is None else len(generation.prompt_token_ids)
+        cached = {} if generation is None else generation.cached_by_replica
 
         def load(replica: RunningReplica) -> tuple[float, int, float]:
             sent = self._sent.get(replica.replica_id, {})
-            report = reported.get(_unique_id(replica.replica_id))
-            backlog = seen_backlog(sent.values(), report, now, self._prefill_tokens_per_s)
-            return (backlog, len(sent), random.random())  # random: spread ties instead of piling on the first
+            name = _unique_id(replica.replica_id)
+            backlog = seen_backlog(sent.values(), reported.get(name), now, self._prefill_tokens_per_s)
+            # The prefill ahead of this request's first token there: its queue, and its own uncached prompt.
+            ahead = prefill_ahead(backlog, prompt, cached.get(name, 0))
+            return (ahead, len(sent), random.random())  # random: spread ties instead of piling on the first
 
         return [[replica] for replica in sorted(candidate_replicas, key=load)]
 
     def on_request_routed(self, pending_request: PendingRequest, replica_id: ReplicaID, result: Any) -> None:
         sent = self._sent.setdefault(replica_id, {})
-        sent[pending_request.metadata.internal_request_id] = (_prompt_tokens(pending_request), time.monotonic())
-        for arg in pending_request.args:
-            if isinstance(arg, GenerationRequest):
-                self._note(arg.request_id, _unique_id(replica_id))
+        generation = _generation(pending_request)
+        # What the replica must prefill of it: the part of its prompt the replica had not cached.
+        tokens = 0 if generation is None else len(generation.prompt_token_ids)
+        if generation is not None:
+            tokens -= generation.cached_by_replica.get(_unique_id(replica_id), 0)
+            self._note(generation.request_id, _unique_id(replica_id))
+        sent[pending_request.metadata.internal_request_id] = (tokens, time.monotonic())
 
     def on_request_completed(self, replica_id: ReplicaID, internal_request_id: str) -> None:
         sent = self._sent.get(replica_id)

@@ -14,15 +14,19 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
+from engines.kv_blocks import KvEvents, block_hashes
 from router import Decision, Prediction, Reason, RequestFeatures, RouterState, VariantView, route
 from router.inflight import InflightBook, RouteTicket
 from router.latency import new_latency_model
 from router.load import decode_pace
 from router.policy import missing_fields, reject_unsupported
+from router.prefix_index import IndexSize, PrefixIndex
 from router.redirect import RedirectedDemand, redirected_from
+from router.replica_backlog import best_cached
 from serve_app.config import AppConfig
 from serve_app.replica_router import note_reports
 from serve_app.stats_board import ReplicaReport
@@ -37,7 +41,27 @@ _UNKNOWN_CONTEXT = 1 << 30  # never reported: assume it could hold the request, 
 STARTING_OVERDUE_S = 2.0
 
 
-__all__ = ["REFRESH_PERIOD_S", "RouteTicket", "RoutingTable", "starting_ready_in_ms", "starting_serves_at"]
+__all__ = [
+    "REFRESH_PERIOD_S",
+    "PrefixLookup",
+    "RouteTicket",
+    "RoutingTable",
+    "starting_ready_in_ms",
+    "starting_serves_at",
+]
+
+
+@dataclass(slots=True)
+class PrefixLookup:
+    """What the variants' prefix caches hold of one prompt: its block hashes per block size, and per variant the
+    cached tokens on each replica that holds any (``cached``) and on the variant's best replica for it (``best``)."""
+
+    hashes: dict[int, list[int]] = field(default_factory=dict)
+    cached: dict[str, dict[str, int]] = field(default_factory=dict)
+    best: dict[str, int] = field(default_factory=dict)
+
+
+NO_PREFIX = PrefixLookup()  # a prompt routed without looking at any cache
 
 
 def starting_serves_at(snapshot: dict[str, list[ReplicaReport]], now: float) -> dict[str, list[float]]:
@@ -66,10 +90,12 @@ class RoutingTable:
         snapshot: Callable[[], Awaitable[dict[str, list[ReplicaReport]]]],
         publish: Callable[[str, dict[str, float]], Awaitable[None]] | None = None,
         wake: Callable[[str], Awaitable[Any]] | None = None,
+        kv_changes: Callable[[dict[str, int]], Awaitable[dict[str, tuple[int, KvEvents]]]] | None = None,
     ) -> None:
         """``snapshot``: the stats board's replicas per variant; ``publish(source, levels)``: where this table
         sends the demand its decisions redirected away from each variant (the board, for the autoscalers);
-        ``wake(variant)``: a call to one of the variant's replicas that waits at its handle until one runs."""
+        ``wake(variant)``: a call to one of the variant's replicas that waits at its handle until one runs;
+        ``kv_changes(cursors)``: the board's prefix cache changes since ``cursors`` (``StatsBoard.kv_changes``)."""
         self.config = config
         self._snapshot_fn = snapshot
         self._publish_fn = publish
@@ -92,6 +118,15 @@ class RoutingTable:
         # request that only it could hold is "unavailable, retry" (503) rather than "too long" (400).
         self._known_context: dict[str, int] = {}
         self._task: asyncio.Task | None = None
+        # Per variant whose engines reuse prompt blocks, which replica holds which (router/prefix_index.py).
+        self._kv_changes_fn = kv_changes
+        self._kv_cursors: dict[str, int] = {}
+        self.prefix: dict[str, PrefixIndex] = {}
+        if config.router.prefix_routing:
+            for v in config.variants:
+                spec = v.prefix_cache()
+                if spec is not None:
+                    self.prefix[v.name] = PrefixIndex(spec[0])
 
     # ------------------------------------------------------------------ live state
 
@@ -108,7 +143,63 @@ class RoutingTable:
             self._known_context[name] = min(r.stats.context_length for r in replicas)
             # The oldest replica's figures date the sum: requests sent since may be in none of them.
             self._report_at[name] = now - max(r.age_s for r in replicas)
+        if self.prefix:
+            await self._refresh_prefix(snapshot)
         await self._publish_redirected(now)
+
+    async def _refresh_prefix(self, snapshot: dict[str, list[ReplicaReport]]) -> None:
+        """Applies the engines' prefix cache changes since the last read; forgets replicas gone from the board."""
+        variant_of = {r.replica: name for name, replicas in snapshot.items() for r in replicas}
+        if self._kv_changes_fn is not None:
+            changes = await self._kv_changes_fn(self._kv_cursors)
+            for replica, (seq, events) in changes.items():
+                index = self.prefix.get(variant_of.get(replica, ""))
+                if index is None:
+                    continue
+                index.apply(replica, events.stored, events.removed, cleared=events.cleared)
+                self._kv_cursors[replica] = seq
+        for name, index in self.prefix.items():
+            index.retain({r.replica for r in snapshot.get(name, ())})
+        for gone in [r for r in self._kv_cursors if r not in variant_of]:
+            del self._kv_cursors[gone]
+
+    # ------------------------------------------------------------------ prefix caches
+
+    def prefix_lookup(self, prompt_ids: Sequence[int]) -> PrefixLookup:
+        """What each variant's replicas hold of this prompt (``NO_PREFIX`` where no variant reuses blocks)."""
+        if not self.prefix:
+            return NO_PREFIX
+        now = time.monotonic()
+        lookup = PrefixLookup()
+        prompt_tokens = len(prompt_ids)
+        for name, index in self.prefix.items():
+            size = index.block_tokens
+            hashes = lookup.hashes.get(size)
+            if hashes is None:
+                hashes = lookup.hashes[size] = block_hashes(prompt_ids, size)
+            cached = index.cached_tokens(hashes, prompt_tokens, now)
+            if not cached:
+                continue
+            lookup.cached[name] = cached
+            lookup.best[name] = best_cached(self._backlogs(name, now), cached, prompt_tokens)
+        return lookup
+
+    def _backlogs(self, variant: str, now: float) -> dict[str, float]:
+        """Each ready replica's unprefilled prompt tokens as last reported, less what it prefilled since."""
+        tokens_per_ms = 1.0 / max(self._models[variant].prefill_ms_per_token, 1e-9)
+        return {
+            r.replica: max(0.0, r.stats.queued_prompt_tokens - 1000.0 * r.age_s * tokens_per_ms)
+            for r in self._snapshot.get(variant, ())
+        }
+
+    def note_routed(self, variant: str, replica: str, lookup: PrefixLookup) -> None:
+        """The request went to ``replica``: where its engine reports nothing, the index assumes it holds the prompt."""
+        index = self.prefix.get(variant)
+        if index is not None and not index.is_precise(replica):
+            index.note_routed(replica, lookup.hashes.get(index.block_tokens, ()), time.monotonic())
+
+    def prefix_index_sizes(self) -> dict[str, IndexSize]:
+        return {name: index.size() for name, index in self.prefix.items()}
 
     async def _publish_redirected(self, now: float) -> None:
         # Only changes are sent (nothing at all while nothing is redirected); the board forgets a silent
@@ -204,8 +295,11 @@ class RoutingTable:
 
     # ------------------------------------------------------------------ decisions and feedback
 
-    def decide(self, features: RequestFeatures) -> Decision:
+    def decide(self, features: RequestFeatures, prefix: PrefixLookup = NO_PREFIX) -> Decision:
         views = self.views()
+        if prefix.best:
+            for view in views:
+                view.cached_prompt_tokens = prefix.best.get(view.name, 0)
         decision = route(features, views, self.config.router, self._state)
         redirected = redirected_from(decision, features, views, self.config.router)
         if redirected is not None:  # spilled or shed while its variant was full: demand for that one's autoscaler
@@ -258,6 +352,7 @@ class RoutingTable:
         *,
         max_tokens: int = 0,
         arrived_at: float | None = None,
+        cached_tokens: int = 0,
     ) -> RouteTicket:
         """Books a request sent to ``variant`` (``arrived_at``: when the ingress took it, the start of the TTFT
         its model learns); ``ticket.headers()`` are its predicted-latency headers."""
@@ -270,6 +365,7 @@ class RoutingTable:
             max_tokens=max_tokens,
             replicas=replicas,
             arrived_at=arrived_at,
+            cached_tokens=cached_tokens,
         )
 
     def learned_profiles(self) -> dict[str, Any]:

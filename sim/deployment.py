@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Iterator
 
 from engines.profile import EngineProfile
-from router.replica_backlog import seen_backlog
+from router.replica_backlog import prefill_ahead, seen_backlog
 from serve_app.config import ReplicaChoice
 from sim.replica import ReplicaState, SimReplica
 from sim.request import SimRequest
@@ -107,7 +107,9 @@ class SimDeployment:
     def _submit(self, replica: SimReplica, request: SimRequest, now: float) -> float | None:
         request.replica = replica.replica_id
         if self.replica_choice == "least_prefill":
-            self._sent[request.ingress].setdefault(replica.replica_id, {})[request.index] = (request.prompt_tokens, now)
+            # What the replica must prefill of it: the part of its prompt the replica had not cached.
+            tokens = request.prompt_tokens - request.cached_by_replica.get(replica.replica_id, 0)
+            self._sent[request.ingress].setdefault(replica.replica_id, {})[request.index] = (tokens, now)
         return replica.submit(request, now)
 
     def _pick(self, request: SimRequest, now: float) -> SimReplica | None:
@@ -120,12 +122,14 @@ class SimDeployment:
             return only if only.ongoing < limit else None
         if self.replica_choice == "least_prefill":
             sent, reported = self._sent[request.ingress], self.reported[request.ingress]
+            cached = request.cached_by_replica
 
             def seen(replica: SimReplica) -> tuple[float, int, float]:
                 own = sent.get(replica.replica_id, {})
                 report = reported.get(replica.replica_id)
                 backlog = seen_backlog(own.values(), report, now, self._prefill_tokens_per_s)
-                return (backlog, len(own), self._rng.random())  # random: ties spread, as the app's router does
+                ahead = prefill_ahead(backlog, request.prompt_tokens, cached.get(replica.replica_id, 0))
+                return (ahead, len(own), self._rng.random())  # random: ties spread, as the app's router does
 
             # Serve probes the first-ranked replica's true queue and moves on when it is full.
             with_room = [r for r in ready if r.ongoing < limit]

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from engines.batching import ContinuousBatch, Iteration
+from engines.kv_blocks import KvEvents
 from engines.profile import EngineProfile
 from engines.rate import TokenRate
 from sim.request import SimRequest
@@ -99,6 +100,9 @@ class SimReplica:
         self._seg_k = 0  # iterations in the current segment; 0: idle
         self._seg: Iteration[SimRequest] | None = None
         self.report: LoadReport | None = None  # what it last posted to the stats board (None: not yet)
+        # Its prefix cache's changes as posted with each report, in order (engines.kv_blocks.KvEvents): what the
+        # ingresses' prefix indexes read from the board, each from its own cursor (sim/prefix.py).
+        self.kv_posted: list[KvEvents] = []
 
     # ------------------------------------------------------------------ load, as the engine reports it
 
@@ -128,6 +132,11 @@ class SimReplica:
 
     def post_report(self, now: float) -> LoadReport:
         """Posts its load now, as the engine replica's stats loop does."""
+        cache = self.batch.cache
+        if cache is not None:
+            events = cache.drain_events()
+            if events:
+                self.kv_posted.append(events)
         self.report = LoadReport(
             at_s=now,
             queued=self.queued,

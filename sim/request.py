@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from core.errors import ServingError
 from router import Prediction, RequestFeatures
@@ -35,6 +35,18 @@ class SimRequest:
     route_reason: str | None = None  # the decision's reason, as x-route-reason carries it
     candidates: str | None = None  # every candidate the decision weighed, as x-route-candidates carries it
     ticket: RouteTicket | None = None  # the ingress's booking (router.inflight), from dispatch to close
+    # The prompt's content as (segment_id, tokens) pieces (traffic.segments): what names its KV cache blocks
+    # (traffic.segments.segment_block_hashes). Empty when the workload shares no prefixes.
+    segments: tuple[tuple[int, int], ...] = ()
+    turn: int = 0  # the turn of its conversation (traffic.prefix.Conversations); 0 outside conversations
+    # Its prompt's KV blocks at its variant's block size (engines/kv_blocks.py), what the replica's prefix cache
+    # (engines/prefix_cache.py, through the shared batch) matches and stores; and what that cache supplied.
+    block_hashes: list[int] = field(default_factory=list)
+    cached_tokens: int = 0
+    held_blocks: int = 0
+    # Per replica of the chosen variant that holds any of the prompt, its cached tokens as the ingress's index saw
+    # them (GenerationRequest.cached_by_replica): what the handle's replica choice weighs.
+    cached_by_replica: dict[str, int] = field(default_factory=dict)
 
     @property
     def kv_tokens(self) -> int:

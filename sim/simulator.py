@@ -20,7 +20,7 @@ import itertools
 import random
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from core.error_table import TABLE
 from engines.profile import EngineProfile
@@ -29,16 +29,19 @@ from router.explain import candidates_header
 from router.load import decode_pace
 from router.redirect import RedirectedDemand, redirected_from
 from router.rejections import rejection_class
+from router.replica_backlog import best_cached
 from serve_app.config import AutoscalingSpec, ReplicaChoice
 from serve_app.routing import REFRESH_PERIOD_S, starting_ready_in_ms
 from serve_app.stats_board import STATS_PERIOD_S
 from sim.autoscaler import Policy, SimAutoscaler
 from sim.deployment import SimDeployment
 from sim.ingress import IngressChoice, SimIngress
+from sim.prefix import SimPrefixView
 from sim.replica import ReplicaState, SimReplica
 from sim.request import SimRequest
 from traffic.records import RequestRecord, slo_met, time_per_output_token
 from traffic.replicas import ReplicaSample
+from traffic.segments import segment_block_hashes
 
 _STEP, _READY, _ARRIVAL, _RECORD, _TICK, _REPORT = range(6)
 
@@ -88,7 +91,11 @@ class Simulation:
         report_period_s: float = STATS_PERIOD_S,
         replica_choice: ReplicaChoice = "power_of_two",
         ingress_replicas: int = 1,
+        prefix_view: Literal["reported", "oracle"] = "reported",
     ) -> None:
+        """``prefix_view``: what the router knows of the replicas' prefix caches (with ``router.prefix_routing``):
+        their changes as the replicas posted them (as the serve app knows them), or every cache as it is at each
+        decision (the oracle)."""
         self.variants = {v.name: v for v in variants}
         self.ingress_replicas = ingress_replicas
         self.router = router
@@ -116,6 +123,12 @@ class Simulation:
         profiles = [(v.name, v.latency_profile) for v in self.variants.values()]
         self.ingresses = [SimIngress.fresh(profiles, router) for _ in range(ingress_replicas)]
         self._ingress_choice = IngressChoice(ingress_replicas, seed)
+        # The block size of each variant whose engines reuse prompt blocks, and each ingress's view of the caches.
+        self._block_tokens = {
+            v.name: v.profile.kv_block_tokens for v in self.variants.values() if v.profile.block_reuse
+        }
+        routed = self._block_tokens if router.prefix_routing else {}
+        self._prefix = [SimPrefixView(routed, oracle=prefix_view == "oracle") for _ in range(ingress_replicas)]
         self.redirected = RedirectedDemand()  # demand spilled or shed away from its preferred variant (ditto)
         self._waking: set[str] = set()  # variants at zero replicas with the ingress's wake-up call at their handle
         self._heap: list[tuple[float, int, int, Any, int]] = []
@@ -195,6 +208,11 @@ class Simulation:
         request.ingress = self._ingress_choice.pick()
         ingress = self.ingresses[request.ingress]
         views = self._views(ingress, now)
+        hashes: dict[int, list[int]] = {}
+        if request.segments:  # the engines cache it whatever the router knows
+            for size in set(self._block_tokens.values()):
+                hashes[size] = segment_block_hashes(request.segments, size)
+        cached_by = self._cached_by_replica(request, views, hashes, now)
         decision = route(request.features, views, self.router, ingress.state)
         request.route_reason = str(decision.reason)
         redirected = redirected_from(decision, request.features, views, self.router)
@@ -212,12 +230,47 @@ class Simulation:
         request.candidates = candidates_header(decision.predictions)
         replicas = len(self.deployments[name].ready) or 1
         request.ticket = ingress.book.open(
-            name, request.prompt_tokens, request.prediction, now, max_tokens=request.max_tokens, replicas=replicas
+            name,
+            request.prompt_tokens,
+            request.prediction,
+            now,
+            max_tokens=request.max_tokens,
+            replicas=replicas,
+            cached_tokens=0 if request.prediction is None else request.prediction.cached_tokens,
         )
+        if name in self._block_tokens:
+            request.block_hashes = hashes.get(self._block_tokens[name], [])
+        request.cached_by_replica = cached_by.get(name, {})
         sent = self.deployments[name].dispatch(request, now)
         if sent is not None:
             self._schedule(*sent)
         return True
+
+    def _cached_by_replica(
+        self, request: SimRequest, views: list[VariantView], hashes: dict[int, list[int]], now: float
+    ) -> dict[str, dict[str, int]]:
+        """Per variant, the cached tokens of the request's prompt on each replica as its ingress sees them; each
+        view's ``cached_prompt_tokens`` set to its best replica's (``RoutingTable.prefix_lookup``)."""
+        prefix = self._prefix[request.ingress]
+        out: dict[str, dict[str, int]] = {}
+        if not hashes or not prefix.indexes:
+            return out
+        for view in views:
+            size = self._block_tokens.get(view.name)
+            deployment = self.deployments[view.name]
+            if size is None:
+                continue
+            cached = prefix.cached(view.name, deployment.ready, hashes[size], request.prompt_tokens, now)
+            if not cached:
+                continue
+            out[view.name] = cached
+            rate = self.variants[view.name].router_prefill_tokens_per_s
+            backlogs = {
+                replica: max(0.0, tokens - (now - at_s) * rate)
+                for replica, (tokens, at_s) in deployment.reported[request.ingress].items()
+            }
+            view.cached_prompt_tokens = best_cached(backlogs, cached, request.prompt_tokens)
+        return out
 
     def _step_end(self, replica: SimReplica, now: float) -> int:
         finished, end = replica.step_end(now)
@@ -259,6 +312,7 @@ class Simulation:
                 for name, d in self.deployments.items()
             }
             index = next(i for i, each in enumerate(self.ingresses) if each is ingress)
+            self._prefix[index].refresh(self.deployments)
             for deployment in self.deployments.values():  # what this ingress's handles see of each replica
                 deployment.reported[index] = {
                     r.replica_id: (r.report.queued_prompt_tokens, r.report.at_s)
@@ -358,6 +412,7 @@ def _record(request: SimRequest, variants: dict[str, SimVariant]) -> RequestReco
         route_candidates=request.candidates,
         replica=request.replica,
         ingress=str(request.ingress),  # as x-route-ingress names the real ingress replica
+        turn=request.turn,
     )
     if request.rejection is not None:
         # What the ingress answers the same rejection with (core.error_table).
@@ -374,6 +429,8 @@ def _record(request: SimRequest, variants: dict[str, SimVariant]) -> RequestReco
         return record
     overhead_s = variants[request.variant].profile.overhead_ms / 1e3
     record.status = 200
+    if request.block_hashes:
+        record.cached_tokens = request.cached_tokens
     record.output_tokens = request.max_tokens
     record.chunks = request.max_tokens
     record.ttft_s = request.first_token_s - request.arrival_s + overhead_s

@@ -4,7 +4,9 @@ SLO tiers and traces.
 A request here draws its lengths and tier from the same seeded streams as ``traffic.workload.build_requests``
 (``"{seed}:lengths"``, ``"{seed}:tiers"``), so a simulated run and a bench run of one config see the same
 requests; only the prompt text, which an engine model does not need, is never built (an hour of traffic
-holds hundreds of millions of prompt tokens). Mixed traffic is several streams merged in time.
+holds hundreds of millions of prompt tokens). A workload with shared prefixes (``WorkloadConfig.prefix``) draws
+the same segments as the bench (``traffic.prefix``) and carries them on each request, without their tokens.
+Mixed traffic is several streams merged in time.
 """
 
 from __future__ import annotations
@@ -12,13 +14,17 @@ from __future__ import annotations
 import heapq
 import random
 from collections.abc import Iterable, Iterator, Sequence
+from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from router import RequestFeatures, RouterConfig, features_from_headers
 from sim.request import SimRequest
 from traffic.arrivals import ArrivalSpec, arrival_times, replay
+from traffic.mooncake import MooncakeTrace
+from traffic.prefix import composer
 from traffic.records import RequestRecord
+from traffic.segments import Segments
 from traffic.trace import TraceRow
 from traffic.workload import Slo, WorkloadConfig
 
@@ -40,17 +46,42 @@ def _pick_tier(workload: WorkloadConfig, rng: random.Random) -> str | None:
     return rng.choices([t.name for t in workload.tiers], weights=[t.weight for t in workload.tiers])[0]
 
 
-def stream_requests(stream: Stream, duration_s: float) -> Iterator[tuple[float, int, int, Slo]]:
-    """``(send time, prompt tokens, max_tokens, SLO)`` of the stream's requests sent before ``duration_s``."""
+class SimItem(NamedTuple):
+    """One request before it is numbered: what every source of simulated requests yields."""
+
+    arrival_s: float
+    prompt_tokens: int
+    max_tokens: int
+    slo: Slo
+    segments: Segments = ()  # the prompt's content, where the workload shares prefixes
+    turn: int = 0  # its conversation's turn (traffic.prefix.Conversations)
+
+
+def stream_items(stream: Stream, duration_s: float) -> Iterator[SimItem]:
+    """The stream's requests sent before ``duration_s``, with their prompt segments: the requests of
+    ``traffic.workload.build_requests``, less the token ids."""
     cfg = stream.workload
     lengths = random.Random(f"{cfg.seed}:lengths")
     tiers = random.Random(f"{cfg.seed}:tiers")
+    contents = composer(cfg.prefix, cfg.seed) if cfg.prefix is not None else None
     for t in arrival_times(stream.arrivals, cfg.seed):
         if t >= duration_s:
             return
         n_in = cfg.input_len.sample(lengths)
         n_out = cfg.output_len.sample(lengths)
-        yield t, n_in, n_out, cfg.slo_for_tier(_pick_tier(cfg, tiers))
+        slo = cfg.slo_for_tier(_pick_tier(cfg, tiers))
+        if contents is None:
+            yield SimItem(t, n_in, n_out, slo)
+        else:
+            content = contents.next(n_in, n_out)
+            yield SimItem(t, content.tokens, n_out, slo, content.segments, content.turn)
+
+
+def stream_requests(stream: Stream, duration_s: float) -> Iterator[tuple[float, int, int, Slo]]:
+    """``(send time, prompt tokens, max_tokens, SLO)`` of the stream's requests sent before ``duration_s``
+    (:func:`stream_items` without the segments)."""
+    for item in stream_items(stream, duration_s):
+        yield item.arrival_s, item.prompt_tokens, item.max_tokens, item.slo
 
 
 class FeatureMaker:
@@ -78,9 +109,9 @@ class FeatureMaker:
         )
 
 
-def _numbered(items: Iterable[tuple[float, int, int, Slo]], router: RouterConfig) -> Iterator[SimRequest]:
+def _numbered(items: Iterable[SimItem], router: RouterConfig) -> Iterator[SimRequest]:
     features = FeatureMaker(router)
-    for index, (t, n_in, n_out, slo) in enumerate(items):
+    for index, (t, n_in, n_out, slo, segments, turn) in enumerate(items):
         yield SimRequest(
             index=index,
             arrival_s=t,
@@ -88,25 +119,32 @@ def _numbered(items: Iterable[tuple[float, int, int, Slo]], router: RouterConfig
             max_tokens=n_out,
             slo=slo,
             features=features(slo, n_in, n_out),
+            segments=segments,
+            turn=turn,
         )
 
 
 def sim_requests(streams: Sequence[Stream], duration_s: float, router: RouterConfig) -> Iterator[SimRequest]:
     """The streams' requests merged in send-time order (ties: the earlier stream first)."""
-    merged = heapq.merge(*(stream_requests(s, duration_s) for s in streams), key=lambda item: item[0])
+    merged = heapq.merge(*(stream_items(s, duration_s) for s in streams), key=lambda item: item.arrival_s)
     return _numbered(merged, router)
 
 
 def trace_sim_requests(
     rows: Sequence[TraceRow], workload: WorkloadConfig, router: RouterConfig, speedup: float = 1.0
 ) -> Iterator[SimRequest]:
-    """A trace's requests (``traffic.workload.trace_requests``' times, lengths and tiers)."""
+    """A trace's requests (``traffic.workload.trace_requests``' times, lengths, tiers and segments)."""
     times = replay((r.timestamp for r in rows), speedup)
     items = (
-        (t, row.input_tokens, row.output_tokens, workload.slo_for_tier(row.tier))
+        SimItem(t, row.input_tokens, row.output_tokens, workload.slo_for_tier(row.tier), row.segments)
         for row, t in zip(rows, times, strict=True)
     )
     return _numbered(items, router)
+
+
+def mooncake_sim_requests(trace: MooncakeTrace, workload: WorkloadConfig, router: RouterConfig) -> Iterator[SimRequest]:
+    """A Mooncake trace's requests (``MooncakeTrace.requests``' times, lengths and segments; ``workload``'s SLO)."""
+    return trace_sim_requests(trace.rows(), workload, router, trace.speedup)
 
 
 def record_requests(records: Sequence[RequestRecord], router: RouterConfig) -> Iterator[SimRequest]:
@@ -117,7 +155,7 @@ def record_requests(records: Sequence[RequestRecord], router: RouterConfig) -> I
     ordered = sorted(records, key=lambda r: r.start_s)
     first = ordered[0].start_s if ordered else 0.0
     items = (
-        (
+        SimItem(
             r.start_s - first,
             r.prompt_tokens,
             r.output_tokens or r.max_tokens,

@@ -50,6 +50,9 @@ class RequestRecord:
     server_request_id: str | None = None  # response header x-request-id
     replica: str | None = None  # response header x-route-replica: the engine replica that served it (Serve's id)
     ingress: str | None = None  # response header x-route-ingress: the ingress replica that routed it
+    # usage.prompt_tokens_details.cached_tokens: prompt tokens the engine took from its prefix cache (None: not said)
+    cached_tokens: int | None = None
+    turn: int = 0  # its conversation's turn, in a multi-turn workload (0 elsewhere)
     done: bool = False  # the stream ended with data: [DONE]
     cancelled: bool = False  # the client abandoned the stream on purpose (RequestSpec.cancel_after_chunks)
 

@@ -17,6 +17,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from traffic.segments import Segments
+
 
 @dataclass(frozen=True, slots=True)
 class TraceRow:
@@ -24,6 +26,8 @@ class TraceRow:
     input_tokens: int
     output_tokens: int
     tier: str | None = None
+    # The prompt's content when the trace says which blocks requests share (traffic.mooncake); () otherwise.
+    segments: Segments = ()
 
 
 def _row(fields: dict[str, object], where: str) -> TraceRow:

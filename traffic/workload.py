@@ -15,6 +15,8 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, Field, model_validator
 
 from traffic import arrivals
+from traffic.prefix import PrefixSpec, composer
+from traffic.segments import Segments, segment_token_ids
 from traffic.trace import TraceRow
 
 HEADER_TTFT = "x-slo-ttft-ms"
@@ -146,12 +148,21 @@ class WorkloadConfig(BaseModel):
         "instead of the millisecond targets; a tier without targets inherits slo_ttft_ms/slo_tpot_ms.",
     )
     seed: int = Field(0, description="Seeds lengths, prompts, tiers and arrivals.")
+    prefix: PrefixSpec | None = Field(
+        None,
+        description="Prompts that share prefixes (traffic.prefix): shared system prompts or multi-turn "
+        "conversations; input_len is then each request's own new tokens after its shared part. "
+        "None: every prompt is independent.",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> WorkloadConfig:
         low, high = self.token_id_range
         if not 0 <= low < high:
             raise ValueError("token_id_range must be 0 <= low < high")
+        if self.prefix is not None and self.prompt_mode != "token_ids":
+            # Shared prefixes must be the same tokens on the server: only exact ids guarantee that.
+            raise ValueError("a prefix workload sends token-id prompts: prompt_mode must be 'token_ids'")
         if len({t.name for t in self.tiers}) != len(self.tiers):
             raise ValueError("tier names must be unique")
         return self
@@ -179,6 +190,10 @@ class RequestSpec:
     # The client closes the response after this many text chunks, as a user who stops reading does;
     # None reads to the end. A stream with fewer chunks simply completes.
     cancel_after_chunks: int | None = None
+    # The prompt's content as (segment_id, tokens) pieces when the workload shares prefixes (traffic.segments);
+    # empty for independent prompts.
+    segments: Segments = ()
+    turn: int = 0  # the turn of its conversation (traffic.prefix.Conversations); 0 outside conversations
 
 
 # Short common English words: each is a single token for most BPE vocabularies, ours included.
@@ -242,33 +257,60 @@ def _pick_tier(tiers: Sequence[SloTier], rng: random.Random) -> str | None:
 
 
 def build_requests(cfg: WorkloadConfig, send_times: Iterable[float | None]) -> Iterator[RequestSpec]:
-    """One request per send time, lengths and tier drawn from ``cfg``'s distributions."""
+    """One request per send time, lengths and tier drawn from ``cfg``'s distributions.
+
+    With ``cfg.prefix`` the prompt is the token ids of its segments (``traffic.prefix``), drawn from the same
+    lengths; ``sim.workload`` draws the same segments without the ids.
+    """
     lengths = random.Random(f"{cfg.seed}:lengths")
     prompts = random.Random(f"{cfg.seed}:prompts")
     tiers = random.Random(f"{cfg.seed}:tiers")
+    contents = composer(cfg.prefix, cfg.seed) if cfg.prefix is not None else None
     for index, send_at in enumerate(send_times):
         n_in = cfg.input_len.sample(lengths)
         n_out = cfg.output_len.sample(lengths)
+        slo = cfg.slo_for_tier(_pick_tier(cfg.tiers, tiers))
+        if contents is None:
+            prompt = make_prompt(n_in, cfg.prompt_mode, cfg.token_id_range, prompts)
+            yield RequestSpec(
+                index=index, send_at=send_at, prompt=prompt, prompt_tokens=n_in, max_tokens=n_out, slo=slo
+            )
+            continue
+        content = contents.next(n_in, n_out)
         yield RequestSpec(
             index=index,
             send_at=send_at,
-            prompt=make_prompt(n_in, cfg.prompt_mode, cfg.token_id_range, prompts),
-            prompt_tokens=n_in,
+            prompt=segment_token_ids(content.segments, cfg.token_id_range),
+            prompt_tokens=content.tokens,
             max_tokens=n_out,
-            slo=cfg.slo_for_tier(_pick_tier(cfg.tiers, tiers)),
+            slo=slo,
+            segments=content.segments,
+            turn=content.turn,
         )
 
 
 def trace_requests(cfg: WorkloadConfig, rows: Sequence[TraceRow], speedup: float = 1.0) -> Iterator[RequestSpec]:
-    """Replay a trace: its times, its lengths and its tiers (a row without one gets the global SLO)."""
+    """Replay a trace: its times, its lengths and its tiers (a row without one gets the global SLO).
+
+    A row with segments (a Mooncake trace, ``traffic.mooncake``) is sent as their token ids, so that its shared
+    blocks are shared tokens; the others get a fresh prompt of their length.
+    """
     prompts = random.Random(f"{cfg.seed}:prompts")
     times = arrivals.replay((r.timestamp for r in rows), speedup)
     for index, (row, send_at) in enumerate(zip(rows, times, strict=True)):
+        if row.segments and cfg.prompt_mode != "token_ids":
+            raise ValueError("a trace of shared blocks is sent as token ids: prompt_mode must be 'token_ids'")
+        prompt = (
+            segment_token_ids(row.segments, cfg.token_id_range)
+            if row.segments
+            else make_prompt(row.input_tokens, cfg.prompt_mode, cfg.token_id_range, prompts)
+        )
         yield RequestSpec(
             index=index,
             send_at=send_at,
-            prompt=make_prompt(row.input_tokens, cfg.prompt_mode, cfg.token_id_range, prompts),
+            prompt=prompt,
             prompt_tokens=row.input_tokens,
             max_tokens=row.output_tokens,
             slo=cfg.slo_for_tier(row.tier),
+            segments=row.segments,
         )

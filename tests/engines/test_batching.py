@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pytest
 
@@ -15,6 +15,9 @@ class Req:
     prompt_tokens: int
     max_tokens: int = 10
     remaining_prefill: int = 0
+    block_hashes: list[int] = field(default_factory=list)
+    cached_tokens: int = 0
+    held_blocks: int = 0
 
     @property
     def kv_tokens(self) -> int:
@@ -89,3 +92,64 @@ def test_cancel_frees_what_the_request_held_wherever_it_was():
     batch.cancel(decoding, decoding=True)
     assert batch.idle
     assert (batch.kv_used, batch.queued_prompt_tokens, batch.running) == (0, 0, 0)
+
+
+def _shared(prompt_tokens: int, prefix: list[int], tail: int) -> Req:
+    """A request whose prompt's blocks start with ``prefix`` and end with ``tail`` blocks of its own."""
+    return Req(prompt_tokens, block_hashes=[*prefix, *(1000 * tail + i for i in range(tail))])
+
+
+def test_a_prompt_that_starts_with_cached_blocks_prefills_only_the_rest():
+    batch: ContinuousBatch[Req] = ContinuousBatch(profile(kv_cache_tokens=10_000, kv_block_tokens=32))
+    first = _shared(128, [1, 2, 3], 1)
+    batch.enqueue(first)
+    batch.admit()
+    assert first.cached_tokens == 0 and first.remaining_prefill == 128
+    batch.complete_prefill(batch.plan())
+    second = _shared(128, [1, 2, 3], 2)  # three blocks in common, then its own
+    batch.enqueue(second)
+    assert batch.queued_prompt_tokens == 128
+    batch.admit()
+    assert second.cached_tokens == 96 and second.remaining_prefill == 32
+    assert batch.queued_prompt_tokens == 32
+    assert batch.plan().prefill_tokens == 32
+
+
+def test_a_fully_cached_prompt_still_prefills_its_last_token():
+    batch: ContinuousBatch[Req] = ContinuousBatch(profile(kv_cache_tokens=10_000, kv_block_tokens=32))
+    first = Req(64, block_hashes=[1, 2])
+    batch.enqueue(first)
+    batch.admit()
+    batch.complete_prefill(batch.plan())
+    again = Req(64, block_hashes=[1, 2])
+    batch.enqueue(again)
+    batch.admit()
+    assert again.cached_tokens == 63 and again.remaining_prefill == 1
+
+
+def test_without_block_reuse_nothing_is_cached():
+    batch: ContinuousBatch[Req] = ContinuousBatch(profile(kv_cache_tokens=10_000, block_reuse=False))
+    for _ in range(2):
+        r = Req(64, block_hashes=[1, 2])
+        batch.enqueue(r)
+        batch.admit()
+        batch.complete_prefill(batch.plan())
+        assert r.cached_tokens == 0
+    assert batch.cache is None
+
+
+def test_cached_blocks_give_way_to_the_kv_that_running_sequences_reserve():
+    # 320 tokens of KV, blocks of 32: a finished 128-token prompt leaves 4 cached blocks, evicted as admissions
+    # reserve the KV they live in.
+    batch: ContinuousBatch[Req] = ContinuousBatch(profile(kv_cache_tokens=320, kv_block_tokens=32))
+    first = Req(128, max_tokens=1, block_hashes=[1, 2, 3, 4])
+    batch.enqueue(first)
+    batch.admit()
+    batch.complete_prefill(batch.plan())
+    batch.finish(first)
+    assert batch.cache is not None and len(batch.cache) == 4
+    other = Req(200, max_tokens=56, block_hashes=[9, 8, 7, 6, 5, 4])  # reserves 256 of 320: room for 2 blocks
+    batch.enqueue(other)
+    batch.admit()
+    assert len(batch.cache) == 2
+    assert batch.cache.matched_blocks([1, 2, 3, 4]) == 2  # the leaves went first, the root stays

@@ -13,6 +13,7 @@ def test_every_candidate_and_its_figures_survive_the_header():
             tpot_upper_ms=30.06,
             waiting_for_slot=0.0,
             slowdown=1.123,
+            cached_tokens=4096,
         ),
         "large": Prediction(ttft_ms=832.0, tpot_ms=46.2, meets_slo=False, ttft_upper_ms=1210.0, tpot_upper_ms=55.0),
     }
@@ -26,6 +27,7 @@ def test_every_candidate_and_its_figures_survive_the_header():
         "ahead": 5120.0,
         "slot": 0.0,
         "slowdown": 1.12,
+        "cached": 4096.0,
         "met": 1.0,
     }
     assert parsed["large"]["met"] == 0.0 and parsed["large"]["ttft_up"] == 1210.0

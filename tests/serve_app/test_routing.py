@@ -351,3 +351,70 @@ async def test_a_refresh_hands_each_replicas_unprefilled_prompt_tokens_to_the_re
         assert before - 2.0 <= measured_at <= time.monotonic() - 2.0  # dated by the report's age, on this clock
     finally:
         replica_router.note_reports({})
+
+
+def _emulated_table(kv_changes) -> RoutingTable:
+    """A table over the emulated H200 fleet (its engines reuse and report prompt blocks), two 8B replicas."""
+    args = yaml.safe_load((REPO / "configs" / "emulated-h200.yaml").read_text())["applications"][0]["args"]
+    big = dataclasses.replace(_replica("x"), replica="x").stats
+    snapshot = {
+        "llama-8b-int4": [_replica("a", context_length=32768), _replica("b", context_length=32768)],
+        "llama-70b-fp8": [ReplicaReport("c", 0.0, dataclasses.replace(big, context_length=32768))],
+    }
+
+    async def board_snapshot():
+        return snapshot
+
+    return RoutingTable(load_app_config(args), snapshot=board_snapshot, kv_changes=kv_changes)
+
+
+async def test_the_prefix_index_follows_the_engines_reports_and_the_prediction_leaves_the_cache_out():
+    from engines.kv_blocks import KvEvents, block_hashes
+
+    prompt = list(range(300, 300 + 4096 + 100))
+    held = set(block_hashes(prompt[:4096], 32))
+    reads: list[dict[str, int]] = []
+
+    async def kv_changes(cursors):
+        reads.append(dict(cursors))
+        return {"a": (1, KvEvents(stored=held, cleared=True))} if not cursors else {}
+
+    table = _emulated_table(kv_changes)
+    await table.refresh()
+    await table.refresh()
+    assert reads == [{}, {"a": 1}]  # the second read asks only for what changed since
+    lookup = table.prefix_lookup(prompt)
+    assert lookup.cached == {"llama-8b-int4": {"a": 4096}}
+    assert lookup.best == {"llama-8b-int4": 4096}  # both replicas idle: the one holding it
+    features = RequestFeatures(prompt_tokens=len(prompt), max_tokens=16)
+    with_cache = table.decide(features, lookup).predictions["llama-8b-int4"]
+    without = table.decide(features).predictions["llama-8b-int4"]
+    assert with_cache.cached_tokens == 4096 and without.cached_tokens == 0
+    assert with_cache.ttft_ms < without.ttft_ms
+
+
+async def test_a_replica_gone_from_the_board_leaves_the_index():
+    from engines.kv_blocks import KvEvents, block_hashes
+
+    prompt = list(range(300, 300 + 256))
+
+    async def kv_changes(cursors):
+        return {"a": (1, KvEvents(stored=set(block_hashes(prompt, 32)), cleared=True))}
+
+    table = _emulated_table(kv_changes)
+    await table.refresh()
+    assert table.prefix_lookup(prompt).cached
+    table._snapshot_fn = _empty_board
+    await table.refresh()
+    assert not table.prefix_lookup(prompt).cached
+    assert table.prefix_index_sizes()["llama-8b-int4"].blocks == 0
+
+
+async def _empty_board():
+    return {}
+
+
+def test_variants_whose_engines_share_no_prefix_blocks_get_no_index(table):
+    # The default config's hf engines share no prefix blocks: no index at all, nothing assumed cached.
+    assert table.prefix == {}
+    assert table.prefix_lookup(list(range(300, 400))).cached == {}
