@@ -165,6 +165,11 @@ _QUANTIZATION_DESCRIPTION = (
 )
 
 
+# KV cache events TensorRT-LLM buffers between two reads, where the project turns them on: the replica drains them
+# several times a second, and even a burst of long prompts stores a few hundred blocks per read.
+DEFAULT_KV_EVENT_BUFFER = 2048
+
+
 class KvCacheSettings(StrictModel):
     """TensorRT-LLM's KV cache settings (``tensorrt_llm.llmapi.KvCacheConfig``)."""
 
@@ -180,6 +185,40 @@ class KvCacheSettings(StrictModel):
     max_tokens: int | None = Field(
         None, ge=1, description="Upper bound on the tokens the KV cache holds; None sizes it from memory alone."
     )
+    event_buffer_max_size: int = Field(
+        DEFAULT_KV_EVENT_BUFFER,
+        ge=0,
+        description="KV cache events TensorRT-LLM buffers between two reads (KvCacheConfig.event_buffer_max_size; "
+        "its own default 0 turns them off). The replica reads them a few times a second and tells the router "
+        "which prompt blocks it holds, so requests sharing a prefix go where it is cached (precise prefix "
+        "routing); a full buffer drops its oldest events, and the replica then forgets the blocks it can no longer "
+        "vouch for. 0 turns the events off: the router then approximates each replica's cache from the requests "
+        "it sent there. Needs enable_block_reuse.",
+    )
+    tokens_per_block: int = Field(
+        32,
+        ge=1,
+        description="Tokens per KV cache block (KvCacheConfig.tokens_per_block, TensorRT-LLM's default 32): the "
+        "unit of reuse, and of the block hashes the router compares. A prebuilt engine directory's own "
+        "build_config.plugin_config.tokens_per_block wins.",
+    )
+
+    @model_validator(mode="after")
+    def _events_need_block_reuse(self) -> KvCacheSettings:
+        # TensorRT-LLM reports stored and removed blocks only where it reuses them (llm.py get_kv_cache_events: "set
+        # enable_block_reuse to True"); without reuse the router would wait for events that never come.
+        if self.event_buffer_max_size > 0 and not self.enable_block_reuse:
+            raise ValueError(
+                f"event_buffer_max_size: is {self.event_buffer_max_size}, but KV cache events need "
+                "enable_block_reuse: true. Turn block reuse on, or set event_buffer_max_size: 0 (the router then "
+                "approximates this variant's prefix cache)"
+            )
+        return self
+
+    @property
+    def kv_events(self) -> bool:
+        """Whether TensorRT-LLM is asked for KV cache events."""
+        return self.event_buffer_max_size > 0
 
 
 class TRTLLMEngineConfig(StrictModel):
@@ -445,6 +484,16 @@ class OpenAIServerEngineConfig(StrictModel):
     shutdown_grace_s: float = Field(
         10.0, ge=0, description="After SIGTERM, how long the server may take to exit before SIGKILL."
     )
+    kv_cache_events: bool | None = Field(
+        None,
+        description="Read trtllm-serve's KV cache events (POST /kv_cache_events, a few times a second) and tell the "
+        "router which prompt blocks this replica holds (precise prefix routing). None: on where this replica "
+        "starts trtllm-serve with {llm_api_options}, whose kv_cache_config then gets event_buffer_max_size "
+        f"{DEFAULT_KV_EVENT_BUFFER} unless it sets one (event_buffer_max_size 0 or enable_block_reuse false there "
+        "turn it off); off otherwise. True: also for a server at url, which must have been started with an event "
+        "buffer and block reuse. False: off; the router then approximates the replica's cache from what it sent. "
+        "Blocks are llm_api_options.kv_cache_config.tokens_per_block tokens long (TensorRT-LLM's default 32).",
+    )
     coalesce: CoalesceConfig = Field(default_factory=CoalesceConfig)
 
     @field_validator("command")
@@ -494,9 +543,63 @@ class OpenAIServerEngineConfig(StrictModel):
                     "xgrammar to llm_api_options (and pass {llm_api_options} in the command)",
                 )
             )
+        problems.extend(self._kv_cache_events_problems("llm_api_options" in used))
         if problems:
             raise ValueError("; ".join(f"{path}: {message}" for path, message in problems))
         return self
+
+    def _server_kv_cache_config(self) -> dict[str, Any]:
+        kv = self.llm_api_options.get("kv_cache_config")
+        return kv if isinstance(kv, dict) else {}
+
+    def _kv_cache_events_problems(self, passes_options: bool) -> list[tuple[str, str]]:
+        """Where kv_cache_events is asked for (True) but the server we start could not send any."""
+        if self.kv_cache_events is not True or not (passes_options and is_trtllm_serve(self.command)):
+            return []
+        kv = self._server_kv_cache_config()
+        if kv.get("enable_block_reuse") is False:
+            # TensorRT-LLM sends events only with block reuse (llm.py get_kv_cache_events docstring).
+            return [
+                (
+                    "llm_api_options.kv_cache_config.enable_block_reuse",
+                    "is false, but kv_cache_events needs block reuse: turn it on, or set kv_cache_events: false",
+                )
+            ]
+        if kv.get("event_buffer_max_size") == 0:
+            return [
+                (
+                    "llm_api_options.kv_cache_config.event_buffer_max_size",
+                    "is 0, which turns TensorRT-LLM's KV cache events off: remove it, or set kv_cache_events: false",
+                )
+            ]
+        return []
+
+    def kv_events_enabled(self) -> bool:
+        """Whether the replica reads the server's KV cache events (see the kv_cache_events field)."""
+        if self.kv_cache_events is not None:
+            return self.kv_cache_events
+        if self.url is not None or not is_trtllm_serve(self.command):
+            return False
+        if "llm_api_options" not in _placeholders(self.command):
+            return False  # the event buffer cannot be turned on
+        kv = self._server_kv_cache_config()
+        return kv.get("enable_block_reuse") is not False and kv.get("event_buffer_max_size") != 0
+
+    def kv_block_tokens(self) -> int:
+        """Tokens per KV cache block of the server (TensorRT-LLM's KvCacheConfig.tokens_per_block, default 32)."""
+        value = self._server_kv_cache_config().get("tokens_per_block", 32)
+        return value if isinstance(value, int) and value > 0 else 32
+
+    def server_llm_api_options(self) -> dict[str, Any]:
+        """llm_api_options as written for {llm_api_options}: with the event buffer on where events are read."""
+        options = dict(self.llm_api_options)
+        if self.url is None and self.kv_events_enabled():
+            # kv_cache_config is a KvCacheConfig of both backends (llm_args.py BaseLlmArgs); event_buffer_max_size
+            # defaults to 0 there, which keeps the events off.
+            kv = dict(self._server_kv_cache_config())
+            kv.setdefault("event_buffer_max_size", DEFAULT_KV_EVENT_BUFFER)
+            options["kv_cache_config"] = kv
+        return options
 
     def trtllm_serve_settings(self) -> dict[str, Any] | None:
         """trtllm-serve's settings that our checks need, from its flags and llm_api_options (which override them);

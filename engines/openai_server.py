@@ -23,6 +23,16 @@ Contract details and why:
   the finishing delta waits for it, so the final ``completion_tokens`` is the server's count; with
   ``sampling_extensions`` usage comes in every chunk (``continuous_usage_stats``, trtllm-serve and vLLM), so the
   running count is the server's too; otherwise it counts chunks until then.
+* KV cache events (``kv_cache_events``): trtllm-serve's ``POST /kv_cache_events`` (serve/openai_server.py, "TODO:
+  workaround before ETCD support") drains ``get_kv_cache_events_async(timeout)``: each event is returned once, the
+  answer waits until ``timeout`` passes without a new event (2 s in 1.x builds, 0 in newer ones), and before the
+  first request it fails (``aget_kv_events`` asserts, executor.py). So one poll is in flight at a time, every
+  ``KV_EVENTS_POLL_S``, with a long timeout; a failed poll is tried again. Events a given-up poll's handler read are
+  lost to us, which their ids show (engines/trtllm_kv_events.py then forgets the blocks it can no longer vouch for).
+  The server is told to keep events with ``kv_cache_config.event_buffer_max_size`` in the LLM API options.
+* Prompt tokens served from the cache: newer trtllm-serve builds put ``prompt_tokens_details.cached_tokens`` in
+  every usage (serve/postprocess_handlers.py, from ``RequestOutput.cached_tokens``), vLLM too where enabled; the
+  finishing delta carries it. Older builds send none: it stays unknown (None).
 * Load: trtllm-serve's ``/metrics`` (iteration stats JSON) answers only after 2 s without a new iteration
   (``get_stats_async(2)`` in serve/openai_server.py), i.e. late or never while it is busy. So one poll is in
   flight at a time with a long timeout, and a reading counts only while the server keeps answering; while it
@@ -55,6 +65,7 @@ from core.errors import EngineConfigError, EngineDeadError, InvalidRequestError,
 from engines.checkpoint import CheckpointInfo, validate_engine_config, visible_gpu_count
 from engines.coalesce import coalesce, interval_s
 from engines.config import OpenAIServerEngineConfig, is_trtllm_serve
+from engines.kv_blocks import KvEvents
 from engines.model_ref import resolve_model_off_loop
 from engines.output import OutputStream
 from engines.ports import free_port
@@ -73,11 +84,13 @@ from engines.protocol import (
 )
 from engines.rate import TokenRate
 from engines.trtllm import iteration_load, response_format
+from engines.trtllm_kv_events import TrtllmKvEventTranslator
 from engines.unprefilled import UnprefilledPrompts
 
 logger = logging.getLogger(__name__)
 
 _LOG_TAIL_BYTES = 4000
+KV_EVENTS_POLL_S = 0.2  # the pause between two reads of /kv_cache_events
 # Servers' finish reasons -> ours; another (vLLM's, OpenAI's "tool_calls", ...) counts as a stop. TensorRT-LLM
 # passes CompletionOutput.finish_reason through (serve/postprocess_handlers.py): 'timeout' (FinishReason.TIMED_OUT)
 # and 'not_finished' (disaggregated context-only) are not successes.
@@ -225,6 +238,13 @@ def parse_metrics(content_type: str, body: str, open_requests: int) -> ServerLoa
     )
 
 
+def usage_cached_tokens(usage: dict[str, Any]) -> int | None:
+    """``usage.prompt_tokens_details.cached_tokens`` (OpenAI's, and trtllm-serve's UsageInfo), or None if absent."""
+    details = usage.get("prompt_tokens_details")
+    value = details.get("cached_tokens") if isinstance(details, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
     # Ray kills a failed replica with SIGKILL; without this its server would live on, holding the GPUs.
     if sys.platform == "linux":
@@ -251,6 +271,11 @@ class OpenAIServerEngine(Engine):
         self._max_running = config.batch_slots() or 0  # batch slots: configured, else learnt from the metrics
         self._options_path: Path | None = None  # the YAML file of {llm_api_options}
         self._stats_task: asyncio.Task | None = None
+        self._kv = TrtllmKvEventTranslator(config.kv_block_tokens()) if config.kv_events_enabled() else None
+        self._kv_task: asyncio.Task | None = None
+        self._submitted = False  # a request was sent: the server's event iterator exists from then
+        self._cache_hit_tokens = 0  # prompt tokens taken from the cache, over requests whose count the server said
+        self._cache_prompt_tokens = 0  # prompt tokens of those requests
         self._rate = TokenRate()
         self._closed: str | None = None
 
@@ -261,6 +286,13 @@ class OpenAIServerEngine(Engine):
     @property
     def base_url(self) -> str:
         return self._base_url
+
+    @property
+    def kv_block_tokens(self) -> int | None:
+        return self._kv.block_tokens if self._kv is not None else None
+
+    def kv_events(self) -> KvEvents | None:
+        return self._kv.drain() if self._kv is not None else None
 
     @property
     def process(self) -> subprocess.Popen | None:
@@ -313,6 +345,8 @@ class OpenAIServerEngine(Engine):
             raise
         if has_metrics:
             self._stats_task = asyncio.create_task(self._poll_metrics(), name="openai-server-metrics")
+        if self._kv is not None:
+            self._kv_task = asyncio.create_task(self._poll_kv_events(), name="openai-server-kv-events")
 
     def _write_llm_api_options(self) -> str | None:
         """Writes llm_api_options to a YAML file for {llm_api_options}; its path (None: the command has none)."""
@@ -322,7 +356,7 @@ class OpenAIServerEngine(Engine):
 
         fd, name = tempfile.mkstemp(prefix="trtllm-llm-api-options-", suffix=".yaml")
         with os.fdopen(fd, "w") as f:
-            yaml.safe_dump(dict(self._config.llm_api_options), f)
+            yaml.safe_dump(self._config.server_llm_api_options(), f)
         self._options_path = Path(name)
         return name
 
@@ -408,8 +442,10 @@ class OpenAIServerEngine(Engine):
             trtllm_serve=self._config.url is None and is_trtllm_serve(self._config.command),
         )
         self._open += 1
+        self._submitted = True
         self._unprefilled.add(request.request_id, n_prompt)
         prefilling = True
+        cached: int | None = None
         try:
             async with client.stream("POST", "/v1/completions", json=body) as response:
                 await _raise_for_status(response)
@@ -417,6 +453,7 @@ class OpenAIServerEngine(Engine):
                     if prefilling:  # its first output: the prompt is prefilled
                         prefilling = False
                         self._unprefilled.done(request.request_id)
+                    cached = delta.cached_tokens if delta.cached_tokens is not None else cached
                     yield delta
         except httpx.TransportError as e:  # connection refused / reset / cut mid-body / idle timeout
             await self._let_a_dying_server_exit()
@@ -424,11 +461,15 @@ class OpenAIServerEngine(Engine):
         finally:
             self._open -= 1
             self._unprefilled.done(request.request_id)
+            if cached is not None:
+                self._cache_hit_tokens += cached
+                self._cache_prompt_tokens += n_prompt
 
     async def _deltas(self, request: GenerationRequest, response: httpx.Response) -> AsyncIterator[Delta]:
         stream = OutputStream(request, self._rate)
         asked = request.sampling.logprobs
         completion_tokens = 0
+        cached: int | None = None  # prompt tokens the server took from its cache, once a usage says
         # The finishing chunk's delta (all but its count) and its count, until the usage chunk that follows it.
         held: Callable[..., Delta | None] | None = None
         async for event in EventSource(response).aiter_sse():
@@ -439,6 +480,8 @@ class OpenAIServerEngine(Engine):
                 error = chunk.get("error", chunk.get("message"))
                 raise EngineDeadError(f"the engine server failed mid-stream: {error}")
             usage = chunk.get("usage") or {}
+            said = usage_cached_tokens(usage)
+            cached = said if said is not None else cached
             if held is not None:
                 # After the finish only the usage-only chunk comes (stream_options.include_usage).
                 completion_tokens = usage.get("completion_tokens") or completion_tokens
@@ -473,12 +516,14 @@ class OpenAIServerEngine(Engine):
             delta = output(completion_tokens=completion_tokens)
             if delta is None:
                 continue
+            delta.cached_tokens = cached
             yield delta
             if delta.finished:
                 return  # a stop string we cut ourselves: leaving closes the stream, the server aborts
         if held is not None:
             delta = held(completion_tokens=completion_tokens)
             if delta is not None:
+                delta.cached_tokens = cached
                 yield delta
                 if delta.finished:
                     return
@@ -516,6 +561,41 @@ class OpenAIServerEngine(Engine):
             logger.debug("engine server metrics unavailable: %r", e)
         return True
 
+    async def _poll_kv_events(self) -> None:
+        # One poll in flight at a time: the events a poll's handler reads are gone from the server whether or not
+        # its answer reaches us. Long timeout: a 1.x handler answers only 2 s after the last event.
+        kv = self._kv
+        assert kv is not None
+        timeout = httpx.Timeout(self._config.metrics_timeout_s, connect=5.0)
+        warned = False
+        while True:
+            await asyncio.sleep(KV_EVENTS_POLL_S)
+            try:
+                response = await self._client_or_dead().post("/kv_cache_events", timeout=timeout)
+            except asyncio.CancelledError:
+                raise
+            except EngineDeadError:
+                return
+            except Exception as e:  # best effort; health checks catch a dead server
+                logger.debug("engine server KV cache events unavailable: %r", e)
+                continue
+            if response.status_code in (404, 405):
+                logger.warning("engine server has no POST /kv_cache_events: the router approximates its cache")
+                self._kv = None  # kv_block_tokens None: nothing will be said of this cache
+                return
+            if response.status_code != 200:
+                # Before the first request trtllm-serve fails it (500): expected. Later failures are logged once.
+                log = logger.debug if warned or not self._submitted else logger.warning
+                warned = warned or self._submitted
+                log("engine server's /kv_cache_events answered %s: %s", response.status_code, response.text[:200])
+                continue
+            try:
+                events = response.json()
+            except ValueError:
+                continue
+            if isinstance(events, list):
+                kv.feed(events)
+
     def _current_load(self) -> ServerLoad | None:
         """The last reading while the server keeps answering its metrics endpoint, else None.
 
@@ -552,6 +632,9 @@ class OpenAIServerEngine(Engine):
             healthy=self._closed is None and self._exit_reason() is None,
             context_length=self._context_length,
             max_running_requests=self._max_running,
+            cached_blocks=len(self._kv) if self._kv is not None else 0,
+            cache_hit_tokens=self._cache_hit_tokens,
+            cache_prompt_tokens=self._cache_prompt_tokens,
         )
 
     async def check_health(self) -> None:
@@ -606,10 +689,11 @@ class OpenAIServerEngine(Engine):
 
     async def shutdown(self) -> None:
         self._closed = "the openai_server engine was shut down"
-        if self._stats_task is not None:
-            self._stats_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._stats_task
+        for task in (self._stats_task, self._kv_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         if self._client is not None:
             await self._client.aclose()
         if self._process is not None:

@@ -38,6 +38,16 @@ mapping relies on, since a wrong guess here fails silently:
   when the request has finished. Log probabilities are asked for (cumulative ones come with them).
 * ``logit_bias`` is ``SamplingParams.embedding_bias``: a float32 tensor of the vocabulary's size with each bias
   at its token id, as trtllm-serve builds it (openai_protocol.py ``_logit_bias_to_embedding_bias``).
+* KV cache events (``KvCacheConfig(event_buffer_max_size > 0, enable_block_reuse=True)``, llm.py
+  ``get_kv_cache_events_async``) come from one ``IterationResult`` per LLM, like the stats: it exists only once a
+  request was submitted (before that ``aget_kv_events`` asserts, executor.py), ends after ``timeout`` seconds
+  without an event and then stays ended until the next request (``mark_undone``). So the reader waits for the first
+  request, reads with a long timeout and starts over a moment after each end; engines/trtllm_kv_events.py renames
+  the blocks to the router's hashes. (The RPC orchestrator's ``aget_kv_events`` instead fetches the events with a
+  blocking call of up to ``timeout``, executor/rpc_proxy.py: there it is 0, as Dynamo's publisher always reads.)
+  Recent builds also say per request how many prompt tokens came from the cache (``RequestOutput.cached_tokens``,
+  filled by the PyTorch executor; trtllm-serve reports it as ``prompt_tokens_details.cached_tokens``,
+  serve/postprocess_handlers.py); older ones have no such attribute.
 * Tensor parallelism > 1 starts MPI workers that inherit this process's ``CUDA_VISIBLE_DEVICES``: the
   replica reserves ``num_gpus = tensor_parallel_size`` and nothing else touches placement (see
   docs/tensorrt-llm.md for why ``orchestrator_type="ray"`` must not be used inside a Serve replica).
@@ -48,6 +58,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import inspect
 import json
 import logging
 import time
@@ -58,7 +69,8 @@ from typing import Any, NamedTuple
 from core.errors import EngineConfigError, EngineDeadError, InvalidRequestError
 from engines.checkpoint import CheckpointInfo, validate_engine_config, visible_gpu_count
 from engines.coalesce import coalesce, interval_s
-from engines.config import TRTLLMEngineConfig
+from engines.config import KvCacheSettings, TRTLLMEngineConfig
+from engines.kv_blocks import KvEvents
 from engines.model_ref import resolve_model_off_loop
 from engines.output import OutputStream
 from engines.protocol import (
@@ -76,6 +88,7 @@ from engines.protocol import (
     validate_request,
 )
 from engines.rate import TokenRate
+from engines.trtllm_kv_events import TrtllmKvEventTranslator
 from engines.unprefilled import UnprefilledPrompts
 
 logger = logging.getLogger(__name__)
@@ -87,6 +100,12 @@ MISSING_TENSORRT_LLM = (
     "or use backend 'openai_server', which starts trtllm-serve from its own environment next to each "
     "replica. See docs/tensorrt-llm.md."
 )
+
+# How long one read of the KV cache events waits for the next event before the iterator ends (and stays ended until
+# the next request: see the module docstring). Long, so that it ends only when the cache has been quiet that long.
+KV_EVENTS_TIMEOUT_S = 10.0
+# The pause before reading again after the iterator ended (or failed).
+KV_EVENTS_POLL_S = 0.2
 
 # CompletionOutput.finish_reason values (executor/result.py) -> ours.
 _FINISH_REASONS = {
@@ -139,18 +158,57 @@ def import_tensorrt_llm(engine_format: str) -> TensorRTLLMAPI:
     return TensorRTLLMAPI(llm_cls, trtllm.SamplingParams, llmapi.KvCacheConfig, request_error, guided_cls)
 
 
+def _accepts(cls: Any, name: str) -> bool:
+    """Whether the argument model ``cls`` has a field ``name`` (pydantic's model_fields; else its signature)."""
+    fields = getattr(cls, "model_fields", None)
+    if isinstance(fields, dict):
+        return name in fields
+    try:
+        return name in inspect.signature(cls).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def kv_cache_kwargs(kv: KvCacheSettings, engine_format: str, kv_cache_config_cls: Any) -> dict[str, Any]:
+    """Keyword arguments for ``tensorrt_llm.llmapi.KvCacheConfig`` (llm_args.py)."""
+    kwargs: dict[str, Any] = {
+        "free_gpu_memory_fraction": kv.free_gpu_memory_fraction,
+        "enable_block_reuse": kv.enable_block_reuse,
+        "max_tokens": kv.max_tokens,
+        "event_buffer_max_size": kv.event_buffer_max_size,  # 0 (TensorRT-LLM's default): no events
+    }
+    if engine_format == "tensorrt_engine":
+        return kwargs  # a prebuilt engine's block size was fixed when it was built
+    # tokens_per_block joined KvCacheConfig in later 1.x builds (a StrictBaseModel: earlier ones refuse the key), whose
+    # PyTorch backend used 32 before.
+    if _accepts(kv_cache_config_cls, "tokens_per_block"):
+        kwargs["tokens_per_block"] = kv.tokens_per_block
+    elif kv.tokens_per_block != 32:
+        raise EngineConfigError(
+            f"engine.kv_cache.tokens_per_block is {kv.tokens_per_block}, but the installed TensorRT-LLM's "
+            "KvCacheConfig has no tokens_per_block (its blocks are 32 tokens): remove the field"
+        )
+    return kwargs
+
+
+def engine_tokens_per_block(model: str) -> int | None:
+    """A prebuilt engine directory's KV cache block size (config.json build_config.plugin_config.tokens_per_block,
+    builder.py), or None where it does not say."""
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        value = json.loads((Path(model) / "config.json").read_text())["build_config"]["plugin_config"]
+        value = value["tokens_per_block"]
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
 def llm_kwargs(config: TRTLLMEngineConfig, model: str, engine_format: str, kv_cache_config_cls: Any) -> dict:
     """Keyword arguments for ``LLM(...)`` (``TorchLlmArgs`` / ``TrtLlmArgs`` field names)."""
-    kv = config.kv_cache
     kwargs: dict[str, Any] = {
         "model": model,
         "tensor_parallel_size": config.tensor_parallel_size,
         "dtype": config.dtype,
-        "kv_cache_config": kv_cache_config_cls(
-            free_gpu_memory_fraction=kv.free_gpu_memory_fraction,
-            enable_block_reuse=kv.enable_block_reuse,
-            max_tokens=kv.max_tokens,
-        ),
+        "kv_cache_config": kv_cache_config_cls(**kv_cache_kwargs(config.kv_cache, engine_format, kv_cache_config_cls)),
         "enable_chunked_prefill": config.enable_chunked_prefill,
     }
     if config.tokenizer is not None:
@@ -303,10 +361,24 @@ class TRTLLMEngine(Engine):
         self._rate = TokenRate()
         self._dead: str | None = None
         self._stopping: asyncio.Future[None] | None = None  # resolved by shutdown()
+        self._submitted = asyncio.Event()  # set by the first request: TensorRT-LLM's event iterator exists from then
+        self._kv: TrtllmKvEventTranslator | None = None  # with KV cache events on, once started
+        self._kv_task: asyncio.Task | None = None
+        self._kv_failures = 0
+        self._reports_cached_tokens = False  # RequestOutput.cached_tokens is the PyTorch executor's
+        self._cache_hit_tokens = 0  # prompt tokens taken from the cache, over requests whose count the engine said
+        self._cache_prompt_tokens = 0  # prompt tokens of those requests
 
     @property
     def context_length(self) -> int:
         return self._context_length
+
+    @property
+    def kv_block_tokens(self) -> int | None:
+        return self._kv.block_tokens if self._kv is not None else None
+
+    def kv_events(self) -> KvEvents | None:
+        return self._kv.drain() if self._kv is not None else None
 
     @property
     def checkpoint(self) -> CheckpointInfo | None:
@@ -343,7 +415,14 @@ class TRTLLMEngine(Engine):
         self._max_batch_size = self._resolve_max_batch_size()
         self._vocab_size = self._resolve_vocab_size(model)
         self._check_guided_decoder()
+        self._reports_cached_tokens = engine_format == "pytorch"
         # The stats poll starts with the first request (_stream): before it TensorRT-LLM has no stats iterator.
+        if config.kv_cache.kv_events:
+            block_tokens = config.kv_cache.tokens_per_block
+            if engine_format == "tensorrt_engine":
+                block_tokens = engine_tokens_per_block(model) or block_tokens
+            self._kv = TrtllmKvEventTranslator(block_tokens)
+            self._kv_task = asyncio.create_task(self._poll_kv_events(), name="trtllm-kv-events")
 
     def _resolve_context_length(self) -> int:
         args = getattr(self._llm, "args", None)
@@ -431,16 +510,19 @@ class TRTLLMEngine(Engine):
             raise EngineDeadError(f"TensorRT-LLM cannot take requests: {e}") from e
         self._open[request.request_id] = output
         self._unprefilled.add(request.request_id, n_prompt)
+        self._submitted.set()
         if self._stats_task is None:
             self._stats_task = asyncio.create_task(self._poll_stats(), name="trtllm-stats")
         finished = False
         prefilling = True
+        cached: int | None = None
         try:
             async for delta in self._deltas(request, output):
                 if prefilling:  # its first output: the prompt is prefilled
                     prefilling = False
                     self._unprefilled.done(request.request_id)
                 finished = delta.finished
+                cached = delta.cached_tokens if delta.cached_tokens is not None else cached
                 yield delta
         except (InvalidRequestError, EngineDeadError):
             raise
@@ -451,6 +533,9 @@ class TRTLLMEngine(Engine):
         finally:
             self._open.pop(request.request_id, None)
             self._unprefilled.done(request.request_id)
+            if cached is not None:
+                self._cache_hit_tokens += cached
+                self._cache_prompt_tokens += n_prompt
             if not finished:
                 # Closing or cancelling the stream: without abort() the executor generates on.
                 with contextlib.suppress(Exception):
@@ -496,6 +581,7 @@ class TRTLLMEngine(Engine):
             seen_text = max(seen_text, len(text))
             if delta is None:
                 continue
+            delta.cached_tokens = self._cached_tokens(out)
             if delta.finished and finish is None:  # a stop string TensorRT-LLM did not catch (it cuts whole ones)
                 output.abort()
             yield delta
@@ -503,6 +589,12 @@ class TRTLLMEngine(Engine):
                 return
         # The iterator ended without a finish reason: the executor dropped the request.
         raise EngineDeadError(f"TensorRT-LLM ended request {request.request_id} without a finish reason")
+
+    def _cached_tokens(self, output: Any) -> int | None:
+        """The prompt tokens the engine took from its KV cache for this request, where it says
+        (``RequestOutput.cached_tokens``; see the module docstring)."""
+        value = getattr(output, "cached_tokens", None) if self._reports_cached_tokens else None
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
 
     def _decode_token(self, token_id: int) -> str:
         """One token's text, as trtllm-serve writes it in logprobs (``tokenizer.decode(token_id)``); the id
@@ -543,6 +635,30 @@ class TRTLLMEngine(Engine):
                 logger.warning("TensorRT-LLM iteration stats unavailable: %s", e)
             await asyncio.wait((stopping,), timeout=interval)
 
+    async def _poll_kv_events(self) -> None:
+        stopping = self._stopping
+        assert stopping is not None and self._kv is not None
+        first = asyncio.ensure_future(self._submitted.wait())
+        try:
+            await asyncio.wait((stopping, first), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            first.cancel()
+        rpc = getattr(getattr(self._llm, "args", None), "orchestrator_type", None) == "rpc"
+        timeout = 0.0 if rpc else KV_EVENTS_TIMEOUT_S  # see the module docstring
+        while not stopping.done():
+            try:
+                # Each event as it comes; the iterator ends after KV_EVENTS_TIMEOUT_S without one, and once ended
+                # returns at once until the next request (IterationResult._done, mark_undone).
+                async for event in self._llm.get_kv_cache_events_async(timeout=timeout):
+                    self._kv.feed_one(event)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # events are best effort: never let them take the engine down
+                self._kv_failures += 1
+                log = logger.warning if self._kv_failures == 1 else logger.debug
+                log("TensorRT-LLM KV cache events unavailable: %r", e)
+            await asyncio.wait((stopping,), timeout=KV_EVENTS_POLL_S)
+
     def stats(self) -> EngineStats:
         queued, running, kv_used, kv_total = iteration_load(self._iteration_stats, len(self._open))
         # kvCacheStats carries tokensPerBlock beside the block counts (TensorRT-LLM's own test of the iteration
@@ -563,6 +679,9 @@ class TRTLLMEngine(Engine):
             healthy=self._dead is None and self._llm is not None,
             context_length=self._context_length,
             max_running_requests=max_running,
+            cached_blocks=len(self._kv) if self._kv is not None else 0,
+            cache_hit_tokens=self._cache_hit_tokens,
+            cache_prompt_tokens=self._cache_prompt_tokens,
         )
 
     async def check_health(self) -> None:
@@ -582,11 +701,12 @@ class TRTLLMEngine(Engine):
         self._dead = "the TensorRT-LLM engine was shut down"
         if self._stopping is not None and not self._stopping.done():
             self._stopping.set_result(None)
-        if self._stats_task is not None:
-            self._stats_task.cancel()
-            # Bounded: Python 3.11's wait_for (inside TensorRT-LLM's stats queue) can swallow a cancel;
-            # the loop then ends by itself at its next turn because _stopping is resolved.
-            await asyncio.wait((self._stats_task,), timeout=self._config.stats_interval_s + 1)
+        for task, pause_s in ((self._stats_task, self._config.stats_interval_s), (self._kv_task, KV_EVENTS_POLL_S)):
+            if task is not None:
+                task.cancel()
+                # Bounded: Python 3.11's wait_for (inside TensorRT-LLM's result queues) can swallow a cancel;
+                # the loop then ends by itself at its next turn because _stopping is resolved.
+                await asyncio.wait((task,), timeout=pause_s + 1)
         for output in list(self._open.values()):
             with contextlib.suppress(Exception):
                 output.abort()

@@ -2,8 +2,10 @@
 
 TensorRT-LLM cannot be installed on these machines, so these tests prove our *mapping* onto the 1.x API
 surface (argument names, the mutated streaming RequestOutput, abort() on cancel, max_tokens always passed,
-stop strings held back, consumed-on-read iteration stats), not TensorRT-LLM itself. The fake is put in
-``sys.modules`` through monkeypatch, as an installed package would be.
+stop strings held back, consumed-on-read iteration stats, KV cache events renamed to the router's block hashes),
+not TensorRT-LLM itself: in particular not its block hash function (the adapter never uses it), nor when the real
+engine stores blocks or how its queues interleave events with tokens. The fake is put in ``sys.modules`` through
+monkeypatch, as an installed package would be.
 """
 
 from __future__ import annotations
@@ -18,8 +20,10 @@ import pytest
 from pydantic import ValidationError
 
 from core.errors import EngineConfigError, EngineDeadError, InvalidRequestError
+from engines import trtllm
 from engines.config import KvCacheSettings, TRTLLMEngineConfig
 from engines.factory import make_engine
+from engines.kv_blocks import block_hashes
 from engines.protocol import (
     FINISH_LENGTH,
     FINISH_STOP,
@@ -28,7 +32,7 @@ from engines.protocol import (
     GuidedDecoding,
     SamplingParams,
 )
-from engines.trtllm import token_logprobs
+from engines.trtllm import kv_cache_kwargs, token_logprobs
 
 FAKES = Path(__file__).parent / "fakes"
 SCRIPT = "Hello, world! This is a fake completion."
@@ -105,7 +109,7 @@ async def test_llm_arguments_contract(fake_trtllm, hf_checkpoint):
         max_num_tokens=4096,
         max_seq_len=256,
         enable_chunked_prefill=True,
-        kv_cache=KvCacheSettings(free_gpu_memory_fraction=0.8, enable_block_reuse=False),
+        kv_cache=KvCacheSettings(free_gpu_memory_fraction=0.8, enable_block_reuse=False, event_buffer_max_size=0),
     )
     engine = await started(cfg)
     (llm,) = fake_trtllm.LLM.instances
@@ -118,7 +122,9 @@ async def test_llm_arguments_contract(fake_trtllm, hf_checkpoint):
     assert kwargs["enable_iter_perf_stats"] is True  # else the PyTorch backend reports no load
     kv = kwargs["kv_cache_config"]
     assert isinstance(kv, sys.modules["tensorrt_llm.llmapi"].KvCacheConfig)
-    assert (kv.free_gpu_memory_fraction, kv.enable_block_reuse) == (0.8, False)
+    assert (kv.free_gpu_memory_fraction, kv.enable_block_reuse, kv.event_buffer_max_size) == (0.8, False, 0)
+    assert kv.tokens_per_block == 32
+    assert engine.kv_block_tokens is None and engine.kv_events() is None  # events off: nothing said of the cache
     assert engine.context_length == 256
     await engine.shutdown()
 
@@ -638,3 +644,175 @@ async def test_an_hf_awq_checkpoint_is_refused_before_the_pytorch_loader_fails_c
     with pytest.raises(EngineConfigError, match="no loader for Hugging Face AWQ"):
         await started(config(tmp_path, quantization="int4_awq"))
     assert fake_trtllm.LLM.instances == []
+
+
+# --- the KV cache as the router sees it ----------------------------------------------------------------------------
+# The fake keeps a prefix cache and emits KV cache events as TensorRT-LLM's KV cache manager does (fakes/
+# fake_kv_cache.py). What it cannot prove: TensorRT-LLM's own block hash (the adapter never uses it), when exactly
+# the real engine stores blocks (the fake stores a prompt's when its first token comes; TensorRT-LLM also stores the
+# generated tokens' at the end), and how the real executor's queues interleave the events with the tokens.
+
+LONG_PROMPT = list(range(1000, 1070))  # 70 tokens: two whole 32-token blocks and a partial one
+
+
+def long_request(prompt: list[int] = LONG_PROMPT, request_id: str = "r1") -> GenerationRequest:
+    return GenerationRequest(request_id, list(prompt), SamplingParams(max_tokens=3))
+
+
+async def held_blocks(engine, until, held: set[int] | None = None) -> set[int]:
+    """The replica's blocks as a router keeps them (engines/kv_blocks.py KvEvents.apply_to), once ``until`` holds."""
+    held = set() if held is None else held
+
+    def drained() -> bool:
+        batch = engine.kv_events()
+        batch.apply_to(held)
+        return until(held)
+
+    await wait_for(drained)
+    return held
+
+
+async def test_kv_cache_events_are_asked_for_by_default_contract(fake_trtllm, hf_checkpoint):
+    engine = await started(config(hf_checkpoint))
+    (llm,) = fake_trtllm.LLM.instances
+    kv = llm.kwargs["kv_cache_config"]
+    assert (kv.event_buffer_max_size, kv.enable_block_reuse, kv.tokens_per_block) == (2048, True, 32)
+    assert engine.kv_block_tokens == 32
+    await engine.shutdown()
+
+
+async def test_stored_blocks_reach_the_router_as_its_own_block_hashes_contract(fake_trtllm, hf_checkpoint):
+    engine = await started(config(hf_checkpoint))
+    first = engine.kv_events()
+    assert first is not None and first.cleared  # a new engine: whatever a reader held is void
+    await collect(engine, long_request())
+    wanted = set(block_hashes(LONG_PROMPT, 32))  # what the router computes from the prompt
+    held = await held_blocks(engine, lambda held: wanted <= held)
+    assert held == wanted  # the partial third block is no prompt block
+    assert engine.stats().cached_blocks == 2
+    await engine.shutdown()
+
+
+async def test_evicted_blocks_come_back_out_of_the_router_contract(fake_trtllm, hf_checkpoint, monkeypatch):
+    monkeypatch.setattr(fake_trtllm.LLM, "kv_cache_blocks", 2)  # room for one prompt's two blocks
+    engine = await started(config(hf_checkpoint))
+    first, second = LONG_PROMPT[:64], list(range(5000, 5064))
+    await collect(engine, long_request(first))
+    held = await held_blocks(engine, lambda held: set(block_hashes(first, 32)) <= held)
+    await collect(engine, long_request(second, "r2"))
+    held = await held_blocks(engine, lambda held: set(block_hashes(second, 32)) <= held, held)
+    assert held == set(block_hashes(second, 32))  # the first prompt's blocks were evicted, and said so
+    await engine.shutdown()
+
+
+async def test_events_keep_coming_after_the_event_iterator_ran_dry_contract(fake_trtllm, hf_checkpoint, monkeypatch):
+    """TensorRT-LLM's event iterator ends once a read timed out and stays ended until the next request: the reader
+    starts over, and the next request's blocks still arrive."""
+    monkeypatch.setattr(trtllm, "KV_EVENTS_TIMEOUT_S", 0.02)
+    monkeypatch.setattr(trtllm, "KV_EVENTS_POLL_S", 0.01)
+    engine = await started(config(hf_checkpoint))
+    await collect(engine, long_request(LONG_PROMPT[:32]))
+    held = await held_blocks(engine, lambda held: len(held) == 1)
+    await asyncio.sleep(0.2)  # several timed-out reads
+    await collect(engine, long_request(list(range(7000, 7032)), "r2"))
+    held = await held_blocks(engine, lambda held: len(held) == 2, held)
+    await engine.shutdown()
+
+
+async def test_events_are_read_only_once_a_request_made_the_event_iterator_contract(
+    fake_trtllm, hf_checkpoint, monkeypatch
+):
+    """Before the first request TensorRT-LLM has no event iterator (``aget_kv_events`` asserts)."""
+    monkeypatch.setattr(trtllm, "KV_EVENTS_POLL_S", 0.01)
+    calls = []
+    real = fake_trtllm.LLM.get_kv_cache_events_async
+
+    def counted(self, timeout=2):
+        calls.append(timeout)
+        return real(self, timeout)
+
+    monkeypatch.setattr(fake_trtllm.LLM, "get_kv_cache_events_async", counted)
+    engine = await started(config(hf_checkpoint))
+    for _ in range(10):
+        await asyncio.sleep(0.01)
+    assert calls == []
+    await collect(engine, long_request())
+    await wait_for(lambda: calls)
+    assert calls[0] == trtllm.KV_EVENTS_TIMEOUT_S
+    await engine.shutdown()
+
+
+async def test_cached_tokens_are_what_the_engine_reused_contract(fake_trtllm, hf_checkpoint):
+    engine = await started(config(hf_checkpoint))
+    cold = await collect(engine, long_request())
+    warm = await collect(engine, long_request(request_id="r2"))
+    assert {d.cached_tokens for d in cold} == {0}
+    assert {d.cached_tokens for d in warm} == {64}  # two whole blocks; the partial one is prefilled again
+    stats = engine.stats()
+    assert (stats.cache_hit_tokens, stats.cache_prompt_tokens) == (64, 2 * len(LONG_PROMPT))
+    await engine.shutdown()
+
+
+async def test_builds_without_cached_tokens_leave_them_unknown_contract(fake_trtllm, hf_checkpoint, monkeypatch):
+    monkeypatch.setattr(fake_trtllm.LLM, "reports_cached_tokens", False)
+    engine = await started(config(hf_checkpoint))
+    deltas = await collect(engine, long_request())
+    assert {d.cached_tokens for d in deltas} == {None}
+    assert engine.stats().cache_prompt_tokens == 0  # a hit rate only over requests whose reuse is known
+    await engine.shutdown()
+
+
+async def test_kv_cache_events_off_say_nothing_of_the_cache_contract(fake_trtllm, hf_checkpoint):
+    engine = await started(config(hf_checkpoint, kv_cache={"event_buffer_max_size": 0}))
+    (llm,) = fake_trtllm.LLM.instances
+    assert llm.kwargs["kv_cache_config"].event_buffer_max_size == 0
+    await collect(engine, long_request())
+    assert engine.kv_block_tokens is None and engine.kv_events() is None
+    assert engine.stats().cached_blocks == 0
+    await engine.shutdown()
+
+
+def test_events_without_block_reuse_are_refused_at_deploy_time(hf_checkpoint):
+    """TensorRT-LLM sends KV cache events only with block reuse (llm.py get_kv_cache_events)."""
+    with pytest.raises(ValidationError, match="event_buffer_max_size: is 2048, but KV cache events need"):
+        config(hf_checkpoint, kv_cache={"enable_block_reuse": False})
+    off = config(hf_checkpoint, kv_cache={"enable_block_reuse": False, "event_buffer_max_size": 0})
+    assert not off.kv_cache.kv_events
+
+
+async def test_a_prebuilt_engines_block_size_is_its_builds_contract(fake_trtllm, tmp_path):
+    (tmp_path / "config.json").write_text(
+        json.dumps(
+            {
+                "pretrained_config": {
+                    "dtype": "float16",
+                    "num_attention_heads": 8,
+                    "mapping": {"world_size": 1, "tp_size": 1},
+                    "quantization": {"quant_algo": None},
+                },
+                "build_config": {"max_seq_len": 2048, "plugin_config": {"tokens_per_block": 64}},
+            }
+        )
+    )
+    engine = await started(config(tmp_path, dtype="float16"))
+    (llm,) = fake_trtllm.LLM.instances
+    assert llm.kwargs["kv_cache_config"].event_buffer_max_size == 2048
+    assert engine.kv_block_tokens == 64  # the engine's build, not the config's 32
+    await engine.shutdown()
+
+
+def test_a_kv_cache_config_without_tokens_per_block_gets_none():
+    """Earlier 1.x KvCacheConfig (a StrictBaseModel) has no tokens_per_block and refuses the key; its blocks are 32."""
+
+    @dataclasses.dataclass(kw_only=True)
+    class OlderKvCacheConfig:
+        free_gpu_memory_fraction: float | None = 0.9
+        enable_block_reuse: bool = True
+        max_tokens: int | None = None
+        event_buffer_max_size: int = 0
+
+    kwargs = kv_cache_kwargs(KvCacheSettings(), "pytorch", OlderKvCacheConfig)
+    assert "tokens_per_block" not in kwargs
+    OlderKvCacheConfig(**kwargs)
+    with pytest.raises(EngineConfigError, match="tokens_per_block"):
+        kv_cache_kwargs(KvCacheSettings(tokens_per_block=64), "pytorch", OlderKvCacheConfig)

@@ -3,8 +3,9 @@
 trtllm-serve cannot run here. The fake takes its command line (flags, ``--extra_llm_api_options`` YAML) and
 mirrors the behaviours of TensorRT-LLM 1.x's server the audit found our adapter getting wrong (docs/tensorrt-llm.md):
 the max_num_tokens refusal without chunked prefill, ``/metrics`` empty without iteration stats and held while
-busy, stop words that leave a stop string's start in the streamed text, usage only with ``stream_options``, and
-finish reasons such as 'timeout'. They prove our mapping onto that behaviour, not TensorRT-LLM itself; the real
+busy, stop words that leave a stop string's start in the streamed text, usage only with ``stream_options``,
+finish reasons such as 'timeout', ``POST /kv_cache_events`` and usage's cached tokens. They prove our mapping
+onto that behaviour, not TensorRT-LLM itself (nor its block hashes or when it stores blocks); the real
 sidecar process path (start, stream, abort, crash) is tested against transformers serve in test_openai_server.py.
 """
 
@@ -21,6 +22,7 @@ import pytest
 from core.errors import EngineConfigError, InvalidRequestError
 from engines.config import DEFAULT_LLM_API_OPTIONS, OpenAIServerEngineConfig
 from engines.factory import make_engine
+from engines.kv_blocks import block_hashes
 from engines.openai_server import server_argv
 from engines.protocol import (
     FINISH_ABORT,
@@ -360,3 +362,109 @@ def test_the_production_sidecars_stream_every_few_iterations():
         engine = variant.engine
         assert isinstance(engine, OpenAIServerEngineConfig)
         assert engine.llm_api_options.get("stream_interval", 1) > 1, variant.name
+
+
+# --- the KV cache as the router sees it ----------------------------------------------------------------------------
+# The fake server keeps a prefix cache and answers POST /kv_cache_events as trtllm-serve does (fakes/fake_kv_cache.py,
+# fakes/trtllm_serve.py). What it cannot prove: TensorRT-LLM's own block hash (never used), when exactly the real
+# engine stores blocks, and the real server's timing of the events against the tokens.
+
+LONG_PROMPT = list(range(1000, 1070))  # 70 tokens: two whole 32-token blocks and a partial one
+KV_ENV = {"FAKE_TRTLLM_KV_EVENTS_QUIET_S": "0.2"}
+
+
+def long_request(prompt: list[int] = LONG_PROMPT) -> GenerationRequest:
+    return GenerationRequest("r", list(prompt), SamplingParams(max_tokens=3, temperature=0.0))
+
+
+async def held_blocks(engine, until, held: set[int] | None = None) -> set[int]:
+    """The replica's blocks as a router keeps them (engines/kv_blocks.py KvEvents.apply_to), once ``until`` holds."""
+    held = set() if held is None else held
+
+    def drained() -> bool:
+        engine.kv_events().apply_to(held)
+        return until(held)
+
+    await wait_for(drained)
+    return held
+
+
+async def test_kv_cache_events_reach_the_router_as_its_block_hashes_contract(trtllm_serve):
+    engine = await started(sidecar(trtllm_serve, env=KV_ENV))
+    try:
+        assert engine.kv_block_tokens == 32
+        await asyncio.sleep(0.5)  # polls before the first request: trtllm-serve answers them 500
+        [d async for d in engine.generate(long_request())]
+        wanted = set(block_hashes(LONG_PROMPT, 32))  # what the router computes from the prompt
+        assert await held_blocks(engine, lambda held: wanted <= held) == wanted  # the partial block is none
+        assert engine.stats().cached_blocks == 2
+        state = await fake_state(engine)
+        assert state["kv_events_calls"] > 1 and state["max_concurrent_kv_events"] == 1
+    finally:
+        await engine.shutdown()
+
+
+async def test_evicted_blocks_come_back_out_of_the_router_contract(trtllm_serve):
+    engine = await started(sidecar(trtllm_serve, env={**KV_ENV, "FAKE_TRTLLM_KV_BLOCKS": "2"}))
+    first, second = LONG_PROMPT[:64], list(range(5000, 5064))
+    try:
+        [d async for d in engine.generate(long_request(first))]
+        held = await held_blocks(engine, lambda held: set(block_hashes(first, 32)) <= held)
+        [d async for d in engine.generate(long_request(second))]
+        held = await held_blocks(engine, lambda held: set(block_hashes(second, 32)) <= held, held)
+        assert held == set(block_hashes(second, 32))  # the first prompt's blocks were evicted, and said so
+    finally:
+        await engine.shutdown()
+
+
+async def test_cached_tokens_come_from_the_servers_usage_contract(trtllm_serve):
+    engine = await started(sidecar(trtllm_serve))
+    try:
+        cold = [d async for d in engine.generate(long_request())]
+        warm = [d async for d in engine.generate(long_request())]
+        assert (cold[-1].cached_tokens, warm[-1].cached_tokens) == (0, 64)  # two whole blocks reused
+        stats = engine.stats()
+        assert (stats.cache_hit_tokens, stats.cache_prompt_tokens) == (64, 2 * len(LONG_PROMPT))
+    finally:
+        await engine.shutdown()
+
+
+async def test_cached_tokens_arrive_with_the_final_usage_without_extensions_contract(trtllm_serve):
+    """Without sampling_extensions usage comes only in the final usage-only chunk: the finishing delta has it."""
+    engine = await started(sidecar(trtllm_serve).model_copy(update={"sampling_extensions": False}))
+    try:
+        [d async for d in engine.generate(long_request())]
+        warm = [d async for d in engine.generate(long_request())]
+        assert warm[-1].finished and warm[-1].cached_tokens == 64
+    finally:
+        await engine.shutdown()
+
+
+async def test_older_servers_without_cached_tokens_leave_them_unknown_contract(trtllm_serve):
+    engine = await started(sidecar(trtllm_serve, env={"FAKE_TRTLLM_NO_CACHED_TOKENS": "1"}))
+    try:
+        deltas = [d async for d in engine.generate(long_request())]
+        assert {d.cached_tokens for d in deltas} == {None}
+    finally:
+        await engine.shutdown()
+
+
+async def test_kv_cache_events_off_poll_nothing_contract(trtllm_serve):
+    engine = await started(sidecar(trtllm_serve, kv_cache_events=False))
+    try:
+        [d async for d in engine.generate(long_request())]
+        await asyncio.sleep(0.3)
+        assert engine.kv_block_tokens is None and engine.kv_events() is None
+        assert (await fake_state(engine))["kv_events_calls"] == 0
+    finally:
+        await engine.shutdown()
+
+
+def test_the_server_is_started_with_an_event_buffer(trtllm_serve):
+    """trtllm-serve keeps no events by default (KvCacheConfig.event_buffer_max_size 0): the YAML turns them on."""
+    options = sidecar(trtllm_serve).server_llm_api_options()
+    assert options == {**DEFAULT_LLM_API_OPTIONS, "kv_cache_config": {"event_buffer_max_size": 2048}}
+    mine = {**DEFAULT_LLM_API_OPTIONS, "kv_cache_config": {"event_buffer_max_size": 64, "tokens_per_block": 16}}
+    config = sidecar(trtllm_serve, llm_api_options=mine)
+    assert config.server_llm_api_options() == mine and config.kv_block_tokens() == 16
+    assert sidecar(trtllm_serve, kv_cache_events=False).server_llm_api_options() == DEFAULT_LLM_API_OPTIONS

@@ -26,9 +26,18 @@ Run as ``python trtllm_serve.py serve MODEL --host H --port P ...`` (the tests p
   iteration, carrying every token since the last (py_executor.py ``_handle_responses``: ``py_decoding_iter == 1
   or is_finished or py_decoding_iter % stream_interval == 0``); ``--backend tensorrt`` refuses the key;
 * ``FAKE_TRTLLM_FINISH_AFTER`` / ``FAKE_TRTLLM_FINISH_REASON`` end every request after N tokens with that reason
-  (e.g. ``timeout``).
+  (e.g. ``timeout``);
+* prefix reuse and KV cache events (fake_kv_cache.py, from ``kv_cache_config`` in the YAML: ``tokens_per_block``,
+  ``event_buffer_max_size``, ``enable_block_reuse``; ``FAKE_TRTLLM_KV_BLOCKS`` is the cache's capacity). ``POST
+  /kv_cache_events`` as serve/openai_server.py ``get_kv_cache_events``: a JSON list of the events read until
+  ``FAKE_TRTLLM_KV_EVENTS_QUIET_S`` (2 s, as ``get_kv_cache_events_async(2)``) pass without a new one; before the
+  first request a 500 (``aget_kv_events`` asserts); once a read timed out, ``[]`` at once until the next request
+  (``IterationResult`` stays done until ``mark_undone``);
+* usage carries ``prompt_tokens_details.cached_tokens`` (newer builds, postprocess_handlers.py, from
+  ``RequestOutput.cached_tokens``); ``FAKE_TRTLLM_NO_CACHED_TOKENS=1`` leaves it out, as older builds do.
 
-``GET /fake/state`` reports what the tests check (the last request body, the most /metrics handlers at once).
+``GET /fake/state`` reports what the tests check (the last request body, the most /metrics and /kv_cache_events
+handlers at once).
 """
 
 from __future__ import annotations
@@ -43,6 +52,7 @@ from typing import Any
 import uvicorn
 import yaml
 from fake_guides import minimal_instance
+from fake_kv_cache import FakeKvCache
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -54,6 +64,9 @@ STATS_QUIET_S = float(os.environ.get("FAKE_TRTLLM_STATS_QUIET_S", "2"))
 FINISH_AFTER = int(os.environ.get("FAKE_TRTLLM_FINISH_AFTER", "0"))
 FINISH_REASON = os.environ.get("FAKE_TRTLLM_FINISH_REASON", "timeout")
 GUIDED_TEXT = os.environ.get("FAKE_TRTLLM_GUIDED_TEXT", "")
+KV_BLOCKS = int(os.environ.get("FAKE_TRTLLM_KV_BLOCKS", "1000"))
+KV_EVENTS_QUIET_S = float(os.environ.get("FAKE_TRTLLM_KV_EVENTS_QUIET_S", "2"))
+CACHED_TOKENS = os.environ.get("FAKE_TRTLLM_NO_CACHED_TOKENS") != "1"
 RESPONSE_FORMATS = ("text", "json", "json_schema", "json_object", "regex", "ebnf", "structural_tag")
 
 
@@ -92,7 +105,24 @@ class FakeServer:
         self.submitted = 0
         self.stats: asyncio.Queue = asyncio.Queue()
         self.metrics_handlers = 0
-        self.state: dict[str, Any] = {"max_concurrent_metrics": 0, "last_body": None, "metrics_calls": 0}
+        self.state: dict[str, Any] = {
+            "max_concurrent_metrics": 0,
+            "last_body": None,
+            "metrics_calls": 0,
+            "max_concurrent_kv_events": 0,
+            "kv_events_calls": 0,
+        }
+        kv = args.get("kv_cache_config") or {}
+        self.kv_cache = FakeKvCache(
+            tokens_per_block=kv.get("tokens_per_block", 32),
+            capacity_blocks=KV_BLOCKS,
+            event_buffer_max_size=kv.get("event_buffer_max_size", 0),
+            enable_block_reuse=kv.get("enable_block_reuse", True),
+        )
+        self.kv_events: list[dict[str, Any]] = self.kv_cache.take_events()  # the cache's creation
+        self.kv_arrived = asyncio.Event()
+        self.kv_done = False  # a read timed out: [] until the next request
+        self.kv_handlers = 0
 
     def _record_iteration(self) -> None:
         self.iteration += 1
@@ -132,6 +162,37 @@ class FakeServer:
         finally:
             self.metrics_handlers -= 1
 
+    async def kv_cache_events(self, request: Request) -> Response:
+        self.state["kv_events_calls"] += 1
+        self.kv_handlers += 1
+        self.state["max_concurrent_kv_events"] = max(self.state["max_concurrent_kv_events"], self.kv_handlers)
+        try:
+            if not self.submitted:
+                return Response("Internal Server Error", status_code=500)  # AssertionError in aget_kv_events
+            events: list[dict[str, Any]] = []
+            while not self.kv_done:
+                if self.kv_events:
+                    events.append(self.kv_events.pop(0))
+                    continue
+                self.kv_arrived.clear()
+                try:
+                    await asyncio.wait_for(self.kv_arrived.wait(), KV_EVENTS_QUIET_S)
+                except TimeoutError:
+                    self.kv_done = True
+            return JSONResponse(events)
+        finally:
+            self.kv_handlers -= 1
+
+    def _prefilled(self, prompt: list[int]) -> int:
+        """The context's reuse, then its blocks stored (fake_kv_cache.py); the prompt tokens it reused."""
+        cached = self.kv_cache.reused_tokens(prompt)
+        self.kv_cache.store(prompt)
+        events = self.kv_cache.take_events()
+        if events:
+            self.kv_events.extend(events)
+            self.kv_arrived.set()
+        return cached
+
     async def completions(self, request: Request) -> Response:
         body = await request.json()
         self.state["last_body"] = body
@@ -149,6 +210,7 @@ class FakeServer:
             error = {"object": "error", "message": f"bad response_format {fmt}", "type": "BadRequestError", "code": 400}
             return JSONResponse(error, status_code=400)
         self.submitted += 1
+        self.kv_done = False  # mark_undone: "expect more ... whenever new prompts are submitted"
         return StreamingResponse(self._stream(body, self._script(fmt)), media_type="text/event-stream")
 
     def _script(self, fmt: dict[str, Any] | None) -> str:
@@ -167,11 +229,17 @@ class FakeServer:
         options = body.get("stream_options") or {}
         continuous = options.get("include_usage") and options.get("continuous_usage_stats")
         text, pending, n = "", "", 0
+        prompt = body["prompt"]
+        prompt_ids = [ord(c) for c in prompt] if isinstance(prompt, str) else list(prompt)
+        usage_details: dict[str, Any] | None = None  # set by the first iteration (the prefill)
         self.live += 1
         try:
             while True:
                 await asyncio.sleep(STEP_S)
                 self._record_iteration()
+                if usage_details is None:
+                    cached = self._prefilled(prompt_ids)
+                    usage_details = {"prompt_tokens_details": {"cached_tokens": cached}} if CACHED_TOKENS else {}
                 if n >= len(script) and not body.get("ignore_eos"):
                     finish, stop_reason = "stop", None  # the end id: not decoded
                 else:
@@ -203,13 +271,17 @@ class FakeServer:
                     }
                 chunk: dict[str, Any] = {"object": "text_completion", "choices": [choice]}
                 if continuous:
-                    chunk["usage"] = {"prompt_tokens": len(body["prompt"]), "completion_tokens": n}
+                    chunk["usage"] = {
+                        "prompt_tokens": len(body["prompt"]),
+                        "completion_tokens": n,
+                        **(usage_details or {}),
+                    }
                 pending = ""
                 yield f"data: {json.dumps(chunk)}\n\n"
                 if finish is not None:
                     break
             if options.get("include_usage"):
-                usage = {"prompt_tokens": len(body["prompt"]), "completion_tokens": n}
+                usage = {"prompt_tokens": len(body["prompt"]), "completion_tokens": n, **(usage_details or {})}
                 yield f"data: {json.dumps({'object': 'text_completion', 'choices': [], 'usage': usage})}\n\n"
             yield "data: [DONE]\n\n"
         finally:
@@ -225,6 +297,7 @@ def main(argv: list[str]) -> None:
             Route("/v1/models", server.models),
             Route("/metrics", server.metrics),
             Route("/fake/state", server.fake_state),
+            Route("/kv_cache_events", server.kv_cache_events, methods=["POST"]),
             Route("/v1/completions", server.completions, methods=["POST"]),
         ]
     )

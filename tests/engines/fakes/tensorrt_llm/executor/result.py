@@ -10,6 +10,8 @@ Kept faithful where our adapter depends on it:
   its first characters have already been in an earlier ``text_diff``;
 * a per-request executor error surfaces from ``__anext__`` as ``RequestError`` (executor.py
   ``_handle_background_error``);
+* ``cached_tokens``: the prompt tokens the request took from the KV cache, on builds that say it (the LLM sets it
+  only with ``LLM.reports_cached_tokens``; older builds have no such attribute);
 * leaving the loop does nothing; ``abort()`` asks the executor to cancel, and the next step finishes the
   request with finish_reason 'cancelled';
 * ``best_of`` > ``n`` (sampling, no beam search): ``best_of`` sequences, and ``outputs`` is the ``n`` of them with
@@ -177,11 +179,12 @@ class GenerationResult:
 
 
 class IterationResult:
-    """As executor/result.py IterationResult: one per LLM; yields stats dicts, each read once; after a read
-    times out it stays done until ``mark_undone`` (called by ``generate_async``)."""
+    """As executor/result.py IterationResult: one per LLM and kind (iteration stats, KV cache events); yields dicts,
+    each read once; after a read times out it stays done until ``mark_undone`` (called by ``generate_async``)."""
 
-    def __init__(self, executor) -> None:
-        self._executor = executor
+    def __init__(self, entries, arrived: asyncio.Event) -> None:
+        self._entries = entries  # a deque the executor appends to
+        self._arrived = arrived  # set by the executor when it appends
         self._done = False
         self._timeout = 2
 
@@ -197,12 +200,11 @@ class IterationResult:
     async def __anext__(self) -> dict:
         if self._done:
             raise StopAsyncIteration
-        executor = self._executor
-        if not executor.stats:
-            executor.stats_event.clear()
+        if not self._entries:
+            self._arrived.clear()
             try:
-                await asyncio.wait_for(executor.stats_event.wait(), self._timeout)
+                await asyncio.wait_for(self._arrived.wait(), self._timeout)
             except TimeoutError:
                 self._done = True
                 raise StopAsyncIteration from None
-        return json.loads(json.dumps(executor.stats.popleft()))
+        return json.loads(json.dumps(self._entries.popleft()))  # queued as JSON strings (worker.py)

@@ -23,7 +23,14 @@ Also as the real library (each from its source; see docs/tensorrt-llm.md):
   "model" writes ``LLM.guided_script`` when that satisfies the guide, else the smallest text that does (a JSON
   schema's minimal instance, ``{}`` for json_object); a regex guide needs a ``guided_script`` that matches it.
   ``LLM.unsupported_guided_architecture`` makes the LLM drop the backend it was given, as newer builds do for
-  architectures without support (``_apply_model_feature_fallbacks``: ``args.guided_decoding_backend = None``).
+  architectures without support (``_apply_model_feature_fallbacks``: ``args.guided_decoding_backend = None``);
+* prefix reuse and KV cache events (fake_kv_cache.py) with ``KvCacheConfig(event_buffer_max_size > 0,
+  enable_block_reuse=True)``: ``get_kv_cache_events_async`` returns the one KV events ``IterationResult`` of the LLM,
+  which the first ``generate_async`` makes (before it: an ``AssertionError``, executor.py ``aget_kv_events``), with
+  the stats' timeout and done-until-the-next-request behaviour; each entry is one event dict. A request's context is
+  stored when its first token comes; ``RequestOutput.cached_tokens`` says what it reused (newer builds; set
+  ``LLM.reports_cached_tokens`` False for an older one without the attribute). ``LLM.kv_cache_blocks`` is the
+  cache's capacity in blocks.
 """
 
 import asyncio
@@ -34,9 +41,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from fake_guides import minimal_instance, satisfies
+from fake_kv_cache import FakeKvCache
 
 from tensorrt_llm.executor.result import GenerationResult, IterationResult, RequestError
-from tensorrt_llm.llmapi.llm_args import TORCH_LLM_ARGS_FIELDS, LlmArgs
+from tensorrt_llm.llmapi.llm_args import TORCH_LLM_ARGS_FIELDS, KvCacheConfig, LlmArgs
 from tensorrt_llm.sampling_params import SamplingParams
 
 END_ID = 2
@@ -69,6 +77,17 @@ class _Executor:
         self.stats: collections.deque = collections.deque(maxlen=1000)
         self.stats_event = asyncio.Event()
         self.iter_stats_result: IterationResult | None = None  # created with the first request, as the real one
+        kv = llm.kv_cache_config
+        self.kv_cache = FakeKvCache(
+            tokens_per_block=kv.tokens_per_block,
+            capacity_blocks=llm.kv_cache_blocks,
+            event_buffer_max_size=kv.event_buffer_max_size,
+            enable_block_reuse=kv.enable_block_reuse,
+        )
+        self.kv_events: collections.deque = collections.deque()
+        self.kv_events_event = asyncio.Event()
+        self.kv_events_result: IterationResult | None = None  # created with the first request, as the real one
+        self._publish_kv_events()  # the cache was just created
         self.task = asyncio.get_running_loop().create_task(self._run())
         self.iteration = 0
         self.shut_down = False
@@ -95,6 +114,11 @@ class _Executor:
                     result._queue.put_nowait((None, None, None))
                     del self.live[request_id]
                     continue
+                if n == 0:  # the context is prefilled: what it reused, then its blocks stored
+                    if self._llm.reports_cached_tokens:
+                        result.cached_tokens = self.kv_cache.reused_tokens(result.prompt_token_ids)
+                    self.kv_cache.store(result.prompt_token_ids)
+                    self._publish_kv_events()
                 endless = n < len(script) or params.ignore_eos
                 token = ord(script[n % len(script)]) if endless else END_ID
                 finish, stop = None, None
@@ -129,6 +153,12 @@ class _Executor:
                 self.stats_event.set()
             self.to_abort.clear()
 
+    def _publish_kv_events(self) -> None:
+        events = self.kv_cache.take_events()
+        if events:
+            self.kv_events.extend(events)
+            self.kv_events_event.set()
+
     def _stop_word(self, result: GenerationResult, token: int, strings: bool) -> str | int | None:
         """The stop word (string or token id) the output ends with once ``token`` is added, as the C++ executor
         matches them (sampling_params._get_stop_reasons_and_words: stop strings tokenized, stop ids as words)."""
@@ -160,6 +190,8 @@ class LLM:
     guided_script: str | None = None  # what a guided request writes, when the guide allows it
     unsupported_guided_architecture = False
     stats_warnings = 0  # "Iteration statistics are not available yet" printed (class-wide, reset by the tests)
+    kv_cache_blocks = 1000  # the KV cache's capacity
+    reports_cached_tokens = True  # RequestOutput.cached_tokens (newer builds)
 
     def __init__(
         self,
@@ -192,6 +224,7 @@ class LLM:
             if self.unsupported_guided_architecture
             else kwargs.get("guided_decoding_backend"),
         )
+        self.kv_cache_config = kwargs.get("kv_cache_config") or KvCacheConfig()
         self.requests: list[tuple[list[int], SamplingParams]] = []
         self.aborted: list[int] = []
         self._ids = itertools.count()
@@ -261,11 +294,16 @@ class LLM:
         executor = self._ensure_executor()
         result = RequestOutput(next(self._ids), inputs, sampling_params, executor, detokenize, self.stop_words_path)
         result.error = error
+        if self.reports_cached_tokens:
+            result.cached_tokens = 0
         self.requests.append((list(inputs), sampling_params))
         executor.live[result.request_id] = (result, 0)
+        # executor.py _maybe_initialize_iteration_results: both made with the first request, both undone by each.
         if executor.iter_stats_result is None:
-            executor.iter_stats_result = IterationResult(executor)
+            executor.iter_stats_result = IterationResult(executor.stats, executor.stats_event)
+            executor.kv_events_result = IterationResult(executor.kv_events, executor.kv_events_event)
         executor.iter_stats_result.mark_undone()  # "expect more engine stats whenever new prompts are submitted"
+        executor.kv_events_result.mark_undone()
         return result
 
     def get_stats_async(self, timeout: float | None = 2):
@@ -276,6 +314,12 @@ class LLM:
             return _EmptyAsyncIterable()
         executor.iter_stats_result.set_timeout(timeout)
         return executor.iter_stats_result
+
+    def get_kv_cache_events_async(self, timeout: float | None = 2):
+        executor = self._ensure_executor()
+        assert executor.kv_events_result is not None, "KV Event IterationResult is not properly instantiated."
+        executor.kv_events_result.set_timeout(timeout)
+        return executor.kv_events_result
 
     def shutdown(self) -> None:
         self._shutdown = True

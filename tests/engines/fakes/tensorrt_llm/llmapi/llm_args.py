@@ -40,6 +40,7 @@ class KvCacheConfig:
     max_tokens: int | None = None
     tokens_per_block: int = 32
     host_cache_size: int | None = None
+    event_buffer_max_size: int = 0  # "If set to 0, the event buffer will not be used."
 
 
 @dataclass
