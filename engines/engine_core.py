@@ -14,10 +14,11 @@ Messages from the parent::
 
 Messages to the parent::
 
-    ("ready", info, EngineStats)           started; info: context_length, pid, torch_threads
+    ("ready", info, EngineStats)           started; info: context_length, pid, torch_threads, kv_block_tokens
     ("failed", error)                      start() raised (the error pickled, type and fields kept)
     ("out", [(rid, item), ...])            item: a delta's fields (a tuple), None (stream ended) or an error
-    ("stats", EngineStats)                 every STATS_INTERVAL_S
+    ("stats", EngineStats, KvEvents|None)  every STATS_INTERVAL_S; the prefix cache's events since the last one
+                                           (None: none, or the engine tells nothing of its cache)
     ("health", qid, error | None)
 
 The child exits when the parent says so or when its socket reaches end of file (the parent died): it never
@@ -93,6 +94,7 @@ class EngineCore:
         self._flush_scheduled = False
         self._stop = asyncio.Event()
         self._channel: Channel | None = None
+        self._kv_block_tokens: int | None = None
 
     async def serve(self) -> int:
         loop = asyncio.get_running_loop()
@@ -105,6 +107,7 @@ class EngineCore:
             self._channel.send(("failed", portable_error(exc)))
             await self._channel.drain()
             return 1
+        self._kv_block_tokens = self._engine.kv_block_tokens
         self._channel.send(("ready", self._info(), self._stats()))
         stats = asyncio.create_task(self._push_stats())
         await self._stop.wait()
@@ -124,6 +127,7 @@ class EngineCore:
             "context_length": self._engine.context_length,
             "pid": os.getpid(),
             "torch_threads": torch.get_num_threads() if torch is not None else None,
+            "kv_block_tokens": self._engine.kv_block_tokens,
         }
 
     def _stats(self) -> EngineStats:
@@ -135,11 +139,13 @@ class EngineCore:
         return stats
 
     async def _push_stats(self) -> None:
-        assert self._channel is not None
+        assert self._channel is not None and self._engine is not None
         while True:
             await asyncio.sleep(STATS_INTERVAL_S)
             try:
-                self._channel.send(("stats", self._stats()))
+                stats = self._stats()
+                events = self._engine.kv_events() if self._kv_block_tokens else None
+                self._channel.send(("stats", stats, events or None))
             except Exception:  # a stats hiccup must not end the process
                 logger.warning("could not read the engine's stats", exc_info=True)
 

@@ -7,6 +7,15 @@ request and turn the new tokens into text incrementally.
 transformers' ``ContinuousBatchingManager.cancel_request`` (5.x) emits no final output and never removes the
 request's result handler, so whoever cancels must end the stream and unregister the handler: ``_release`` does
 both, whichever way a request ends (``tests/engines/test_hf.py``: a cancelled stream frees its slot).
+
+Prefix caching is transformers' own (5.2x, ``ContinuousBatchingConfig.allow_block_sharing``, on by default, for
+models whose layers are all full attention): every whole ``page_size`` block a forward pass completes gets a chained
+content hash in its allocator's ``BlockLedger`` (``cache_allocators/cache_allocator.py``), a finished request's
+hashed blocks stay there as ``cached_blocks`` until memory pressure evicts them all, and a new request takes the
+longest run of hashed leading blocks of its prompt (``PagedAttentionCache.search_prefix_match``, never the block
+holding the prompt's last token). transformers reports none of it, so :class:`_KvBlockIndex` reads the ledgers' hashes
+and names them as the router does (``engines.kv_blocks``), and the engine wraps ``search_prefix_match`` on its cache to
+learn each request's reused tokens (``Delta.cached_tokens``).
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ from typing import Any
 from core.errors import EngineConfigError, EngineDeadError, OverloadedError
 from engines.coalesce import coalesce, interval_s
 from engines.config import HFEngineConfig
+from engines.kv_blocks import ROOT_HASH, KvEvents
 from engines.output import OutputStream, stop_token_ids
 from engines.protocol import (
     FINISH_ABORT,
@@ -61,6 +71,11 @@ class HFEngine(Engine):
         self._last_step = -1  # the batch loop's step counter at the last health check, and when it last moved
         self._last_step_at = time.monotonic()
         self._stopped = False
+        # transformers' prefix cache, where it keeps one (see the module docstring); None: it does not
+        self._kv_index: _KvBlockIndex | None = None
+        self._matched: dict[str, int] = {}  # request id -> prompt tokens it took from the cache (batch loop writes)
+        self._hit_tokens = 0  # since the start: prompt tokens taken from the prefix cache, prompt tokens scheduled
+        self._prompt_tokens = 0
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -149,6 +164,7 @@ class HFEngine(Engine):
             )
             self._manager.start()
         self._wait_for_batch_processor()
+        self._watch_prefix_cache()
         logger.info("hf engine ready: %s on %s/%s, context %d", cfg.model, device, dtype, self._context_length)
 
     def _wait_for_batch_processor(self) -> None:
@@ -175,6 +191,40 @@ class HFEngine(Engine):
                     f"The engine's batch loop did not build its KV cache within {self.loop_start_timeout_s:g} s."
                 )
             time.sleep(0.01)
+
+    def _watch_prefix_cache(self) -> None:
+        """Sets up what the engine tells of transformers' prefix cache, where it keeps one (module docstring).
+
+        The wrapper runs on the batch loop's thread, before a request's first forward pass; it only writes to a dict
+        and two counters. Every pending request the scheduler takes passes through it once (``Scheduler.
+        _infer_request_tokens``); a preempted one that comes back keeps its first figure.
+        """
+        cache = self._manager.batch_processor.cache
+        allocators = list(getattr(cache, "cache_allocators", {}).values())
+        pages = {int(getattr(a, "tokens_per_page", 0)) for a in allocators}
+        search = getattr(cache, "search_prefix_match", None)
+        if not (getattr(cache, "use_prefix_sharing", False) and search is not None and len(pages) == 1 and min(pages)):
+            return
+        if not all(hasattr(getattr(a, "ledger", None), "hash_to_block") for a in allocators):
+            return
+        try:
+            from transformers.generation.continuous_batching.cache_allocators.cache_allocator import (
+                compute_block_hash,
+            )
+        except ImportError:
+            return
+        matched, live = self._matched, self._live
+
+        def search_prefix_match(request_id: str, prompt_ids: list[int]) -> int:
+            reused = int(search(request_id, prompt_ids))
+            if request_id in live and request_id not in matched:
+                matched[request_id] = reused
+                self._hit_tokens += reused
+                self._prompt_tokens += len(prompt_ids)
+            return reused
+
+        cache.search_prefix_match = search_prefix_match
+        self._kv_index = _KvBlockIndex([a.ledger for a in allocators], pages.pop(), compute_block_hash)
 
     def _abandon_manager(self) -> None:
         """Stops a manager whose loop failed to start (bounded: a stuck loop must not hold start() forever)."""
@@ -209,6 +259,13 @@ class HFEngine(Engine):
     @property
     def context_length(self) -> int:
         return self._context_length
+
+    @property
+    def kv_block_tokens(self) -> int | None:
+        return self._kv_index.block_tokens if self._kv_index is not None else None
+
+    def kv_events(self) -> KvEvents | None:
+        return self._kv_index.drain() if self._kv_index is not None else None
 
     # ---------------------------------------------------------------- stats
 
@@ -245,6 +302,9 @@ class HFEngine(Engine):
             context_length=self._context_length,
             max_running_requests=self.config.max_running_requests,
             registered_requests=self.registered_requests(),
+            cached_blocks=self._kv_index.blocks_held() if self._kv_index is not None else 0,
+            cache_hit_tokens=self._hit_tokens,
+            cache_prompt_tokens=self._prompt_tokens,
         )
 
     def registered_requests(self) -> int:
@@ -295,10 +355,14 @@ class HFEngine(Engine):
 
         manager.register_result_handler(rid, outputs.put_nowait)
         self._live.add(rid)
+        kv_index = self._kv_index
+        prompt = list(request.prompt_token_ids)
         finished = False
         try:
+            if kv_index is not None:
+                kv_index.track(rid, prompt)
             added = manager.add_request(
-                list(request.prompt_token_ids),
+                prompt,
                 request_id=rid,
                 max_new_tokens=s.max_tokens,
                 streaming=True,
@@ -326,6 +390,11 @@ class HFEngine(Engine):
                     engine_finished=out.is_finished(),
                     length_reached=seen >= s.max_tokens,
                 )
+                if kv_index is not None:
+                    # Blocks of generated tokens are hashed too: name them as they fill (those of a prompt that
+                    # continues this conversation token for token are then found).
+                    kv_index.extend(rid, new_ids)
+                    delta.cached_tokens = self._matched.get(rid, 0)
                 if delta.finished:
                     finished = out.is_finished()  # a stop string ends us before the manager does
                 yield delta
@@ -337,6 +406,9 @@ class HFEngine(Engine):
     def _release(self, rid: str, finished: bool) -> None:
         """Frees everything a request holds, however it ended (finished, stopped early, cancelled, failed)."""
         self._live.discard(rid)
+        self._matched.pop(rid, None)
+        if self._kv_index is not None:
+            self._kv_index.forget(rid)
         manager = self._manager
         if manager is None:
             return
@@ -348,6 +420,107 @@ class HFEngine(Engine):
 
 
 __all__ = ["FINISH_ABORT", "HFEngine"]
+
+
+class _KvBlockIndex:
+    """transformers' prefix-cache blocks under the names the router gives them (``engines.kv_blocks``).
+
+    The hashed blocks of the ledgers (``BlockLedger.hash_to_block``: those running requests hold and the
+    ``cached_blocks`` kept after them) are the ones a new prompt can take; a block counts where every allocator has
+    it. transformers hashes a block with blake2b chained from its parent (``compute_block_hash``), which the router
+    cannot recompute from a prompt without transformers, so this index hashes each request's tokens both ways as
+    they come (:meth:`track`, :meth:`extend`) and translates. A block whose tokens it has not seen yet (a generated
+    block before its output has arrived) is reported by a later :meth:`drain`.
+
+    Only :meth:`drain` and :meth:`blocks_held` read the ledgers, which the batch loop's thread changes: ``set(d)`` of
+    a dict of ints is one step under the interpreter lock, so each read is a consistent snapshot. Everything else
+    runs on the engine's event loop.
+    """
+
+    def __init__(self, ledgers: list[Any], block_tokens: int, engine_hash: Any) -> None:
+        self.block_tokens = block_tokens
+        self._ledgers = ledgers
+        self._engine_hash = engine_hash  # transformers' compute_block_hash(parent | None, tokens) -> int
+        self._chains: dict[str, _Chain] = {}  # live requests
+        self._retired: list[_Chain] = []  # requests ended since the last drain (their last blocks may come late)
+        self._names: dict[int, int] = {}  # transformers' hash -> ours, for the blocks of live and retired requests
+        self._reported: dict[int, int] = {}  # transformers' hash -> ours: the blocks readers were told are stored
+        self._events = KvEvents(cleared=True)  # a new cache: readers start from empty
+
+    def track(self, rid: str, prompt: list[int]) -> None:
+        chain = _Chain()
+        self._chains[rid] = chain
+        self._extend(chain, prompt)
+
+    def extend(self, rid: str, token_ids: list[int]) -> None:
+        chain = self._chains.get(rid)
+        if chain is not None and token_ids:
+            self._extend(chain, token_ids)
+
+    def forget(self, rid: str) -> None:
+        chain = self._chains.pop(rid, None)
+        if chain is not None:
+            self._retired.append(chain)
+
+    def _extend(self, chain: _Chain, token_ids: list[int]) -> None:
+        block = self.block_tokens
+        tail = chain.tail
+        tail.extend(token_ids)
+        if len(tail) < block:
+            return
+        names, engine_hash = self._names, self._engine_hash
+        start = 0
+        while start + block <= len(tail):
+            tokens = tail[start : start + block]
+            chain.engine_parent = engine_hash(chain.engine_parent, tokens)
+            chain.our_parent = hash((chain.our_parent, tuple(tokens)))  # engines.kv_blocks.block_hashes
+            names[chain.engine_parent] = chain.our_parent
+            chain.hashes.append(chain.engine_parent)
+            start += block
+        del tail[:start]
+
+    def _snapshot(self) -> set[int]:
+        ledgers = self._ledgers
+        held = set(ledgers[0].hash_to_block)
+        for ledger in ledgers[1:]:
+            held &= set(ledger.hash_to_block)
+        return held
+
+    def blocks_held(self) -> int:
+        """Blocks a new prompt could take now (running requests' and the cached ones)."""
+        return len(self._snapshot())
+
+    def drain(self) -> KvEvents:
+        held = self._snapshot()
+        events, reported, names = self._events, self._reported, self._names
+        for engine_hash in [h for h in reported if h not in held]:
+            events.remove(reported.pop(engine_hash))
+        for engine_hash in held:
+            if engine_hash not in reported:
+                name = names.get(engine_hash)
+                if name is not None:
+                    reported[engine_hash] = name
+                    events.store(name)
+        # Keep the names still needed: those of reported blocks, of live requests, and (until this drain) of ended ones
+        keep = set(reported)
+        for chain in itertools.chain(self._chains.values(), self._retired):
+            keep.update(chain.hashes)
+        self._names = {h: n for h, n in names.items() if h in keep}
+        self._retired = []
+        self._events = KvEvents()
+        return events
+
+
+class _Chain:
+    """One request's tokens, hashed block by block both ways."""
+
+    __slots__ = ("engine_parent", "hashes", "our_parent", "tail")
+
+    def __init__(self) -> None:
+        self.engine_parent: int | None = None  # transformers' first block has no parent
+        self.our_parent = ROOT_HASH
+        self.hashes: list[int] = []  # transformers' hashes of its whole blocks
+        self.tail: list[int] = []  # tokens of its partial last block
 
 
 def _held_fraction(cache: Any) -> float:

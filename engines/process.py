@@ -36,6 +36,7 @@ from engines import engine_core
 from engines.coalesce import Cadence, interval_s, merge_deltas
 from engines.config import CoalesceConfig, EngineConfig
 from engines.ipc import Channel, delta_from_wire
+from engines.kv_blocks import KvEvents
 from engines.protocol import Delta, Engine, EngineStats, GenerationRequest
 
 logger = logging.getLogger(__name__)
@@ -123,6 +124,7 @@ class ProcessEngine(Engine):
         self._ids = itertools.count()
         self._stats = EngineStats(healthy=False)
         self._info: dict[str, Any] = {}
+        self._kv_events = KvEvents()  # the child's prefix-cache events not yet drained (kv_events)
         self._dead: str | None = None  # why this engine cannot serve any more; None while it can
         self._stopping = False
         self._reaper: asyncio.Task[None] | None = None
@@ -196,6 +198,17 @@ class ProcessEngine(Engine):
         return int(self._info.get("context_length", 0))
 
     @property
+    def kv_block_tokens(self) -> int | None:
+        return self._info.get("kv_block_tokens")
+
+    def kv_events(self) -> KvEvents | None:
+        """The child's prefix-cache events since the last call, folded into one batch (they come with its stats)."""
+        if self.kv_block_tokens is None:
+            return None
+        events, self._kv_events = self._kv_events, KvEvents()
+        return events
+
+    @property
     def child_pid(self) -> int | None:
         """The engine process's pid (None before start)."""
         return self._process.pid if self._process is not None else None
@@ -263,6 +276,8 @@ class ProcessEngine(Engine):
                     inbox.put(item)
         elif kind == "stats":
             self._stats = message[1]
+            if len(message) > 2 and message[2] is not None:
+                self._kv_events.extend(message[2])
         elif kind == "health":
             answer = self._health.get(message[1])
             if answer is not None and not answer.done():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 
 import pytest
 
@@ -17,6 +18,7 @@ from core.errors import (
 from engines.config import HFEngineConfig
 from engines.engine_core import STATS_INTERVAL_S
 from engines.hf import HFEngine
+from engines.kv_blocks import block_hashes
 from engines.protocol import GenerationRequest, SamplingParams
 
 
@@ -275,5 +277,97 @@ async def test_a_hung_batch_loop_fails_the_health_check():
             consumer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await consumer
+    finally:
+        await eng.shutdown()
+
+
+def _random_prompt(engine, n: int, seed: int) -> list[int]:
+    """Token ids no other test sends (the module's engine keeps every test's blocks in its prefix cache)."""
+    rnd = random.Random(seed)
+    return [rnd.randrange(10, engine.tokenizer.vocab_size) for _ in range(n)]
+
+
+def _reused(prompt_tokens: int, page: int) -> int:
+    # transformers takes whole hashed blocks, never the one holding the prompt's last token
+    # (PagedAttentionCache.search_prefix_match, CacheAllocator.match_prefix_blocks)
+    return (prompt_tokens - 1) // page * page
+
+
+async def test_a_repeated_prefix_is_taken_from_the_cache_and_reported_as_cached_tokens(engine):
+    page = engine.kv_block_tokens
+    assert page == engine.config.page_size
+    prompt = _random_prompt(engine, 200, seed=1)
+    before = engine.stats()
+    first, _, ids = await _collect(engine, _request(prompt, rid="pc-1", max_tokens=6, ignore_eos=True))
+    again, _, again_ids = await _collect(engine, _request(prompt, rid="pc-2", max_tokens=6, ignore_eos=True))
+    branch = prompt[:100] + _random_prompt(engine, 60, seed=2)
+    branched, _, _ = await _collect(engine, _request(branch, rid="pc-3", max_tokens=6, ignore_eos=True))
+    assert [d.cached_tokens for d in first] == [0] * len(first)
+    assert again[0].cached_tokens == again[-1].cached_tokens == _reused(200, page) == 192
+    assert again_ids == ids  # greedy: the cached blocks hold what a fresh prefill would have computed
+    assert branched[0].cached_tokens == 100 // page * page
+    after = engine.stats()
+    assert after.cache_hit_tokens - before.cache_hit_tokens == 192 + 96
+    assert after.cache_prompt_tokens - before.cache_prompt_tokens == 200 + 200 + 160
+    assert after.cached_blocks >= 200 // page
+
+
+async def test_kv_events_name_the_blocks_the_engine_cached_as_the_router_hashes_them(engine):
+    await _wait_idle(engine)
+    engine.kv_events()  # whatever the earlier tests left
+    page = engine.kv_block_tokens
+    prompt = _random_prompt(engine, 200, seed=3)
+    _, _, ids = await _collect(engine, _request(prompt, rid="ev-1", max_tokens=40, ignore_eos=True))
+    await _wait_idle(engine)
+    events = engine.kv_events()
+    assert events is not None and not events.cleared and not events.removed
+    # Every whole block in the cache: the prompt's and those generated tokens filled (the last token is never
+    # forwarded, so it is in no block).
+    assert events.stored == set(block_hashes(prompt + ids[:-1], page))
+    assert len(events.stored) == (200 + 39) // page
+    assert not engine.kv_events()  # drained
+
+
+async def test_kv_events_report_the_blocks_memory_pressure_evicts():
+    eng = HFEngine(
+        HFEngineConfig(model="builtin:tiny", device="cpu", num_threads=1, max_running_requests=1, num_blocks=64)
+    )
+    await eng.start()
+    try:
+        page = eng.kv_block_tokens
+        first = eng.kv_events()
+        assert first is not None and first.cleared and not first.stored  # a new cache: readers start from empty
+        a = _random_prompt(eng, 600, seed=4)
+        # max_tokens 2: transformers hashes no block of a step that finishes its request (PagedAttentionCache.
+        # mark_complete_blocks), so a one-token request would leave its last prefill chunk unhashed
+        await _collect(eng, _request(a, rid="ev-a", max_tokens=2, ignore_eos=True))
+        await _wait_idle(eng)
+        stored = eng.kv_events()
+        assert stored is not None and stored.stored == set(block_hashes(a, page))
+        b = _random_prompt(eng, 600, seed=5)  # does not fit beside a's cached blocks: transformers evicts them
+        deltas, _, _ = await _collect(eng, _request(b, rid="ev-b", max_tokens=2, ignore_eos=True))
+        assert deltas[0].cached_tokens == 0
+        await _wait_idle(eng)
+        events = eng.kv_events()
+        assert events is not None
+        assert events.removed == set(block_hashes(a, page))
+        assert events.stored == set(block_hashes(b, page))
+        assert eng.stats().cached_blocks == len(events.stored)
+    finally:
+        await eng.shutdown()
+
+
+async def test_an_engine_without_prefix_sharing_tells_nothing_of_its_cache(engine, monkeypatch):
+    from engines import hf
+
+    eng = hf.HFEngine(HFEngineConfig(model="builtin:tiny", device="cpu", num_threads=1, max_running_requests=1))
+    # As transformers does for models with sliding-window layers (PagedAttentionCache.use_prefix_sharing)
+    monkeypatch.setattr(hf.HFEngine, "_watch_prefix_cache", lambda self: None)
+    await eng.start()
+    try:
+        assert eng.kv_block_tokens is None and eng.kv_events() is None
+        deltas, _, _ = await _collect(eng, _request(engine.tokenizer.encode("Hello"), max_tokens=2))
+        assert all(d.cached_tokens is None for d in deltas)
+        assert eng.stats().cached_blocks == 0
     finally:
         await eng.shutdown()

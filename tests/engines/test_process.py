@@ -20,6 +20,7 @@ from core.errors import (
     OverloadedError,
 )
 from engines.config import CoalesceConfig, HFEngineConfig
+from engines.engine_core import STATS_INTERVAL_S
 from engines.factory import make_engine
 from engines.hf import HFEngine
 from engines.ipc import delta_from_wire, delta_to_wire, portable_error
@@ -305,3 +306,26 @@ async def test_the_replica_side_sends_a_stream_once_per_interval_with_everything
     assert len(deltas[0].token_ids) == 1 and len(ids) == 120 == deltas[-1].completion_tokens
     assert len(deltas) < 120 // 4  # ~50 one-millisecond steps a message, not one message a step
     assert text == _tokenizer().decode(ids, skip_special_tokens=True)
+
+
+async def test_the_prefix_cache_s_figures_and_events_cross_from_the_child(engine):
+    import random
+
+    from engines.kv_blocks import block_hashes
+
+    page = engine.kv_block_tokens
+    assert page == CONFIG.page_size
+    await _wait_idle(engine)
+    rnd = random.Random(11)
+    prompt = [rnd.randrange(10, _tokenizer().vocab_size) for _ in range(120)]
+    first, _, ids = await _collect(engine, _request(prompt, rid="pc-1", max_tokens=4, ignore_eos=True))
+    again, _, _ = await _collect(engine, _request(prompt, rid="pc-2", max_tokens=4, ignore_eos=True))
+    assert first[0].cached_tokens == 0
+    assert again[0].cached_tokens == (120 - 1) // page * page
+    await _wait_idle(engine)
+    await asyncio.sleep(3 * STATS_INTERVAL_S)  # the child's events come with its stats, folded here until drained
+    events = engine.kv_events()
+    assert events is not None and not events.removed
+    assert events.stored >= set(block_hashes(prompt + ids[:-1], page))
+    assert not engine.kv_events()
+    assert engine.stats().cache_hit_tokens >= again[0].cached_tokens
