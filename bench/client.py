@@ -108,6 +108,7 @@ class _Stream:
     chunk_times: list[float] = field(default_factory=list)
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens, where the server says
     error_type: str | None = None
     error_message: str | None = None
 
@@ -126,6 +127,8 @@ class _Stream:
         if usage:
             self.prompt_tokens = usage.get("prompt_tokens", self.prompt_tokens)
             self.completion_tokens = usage.get("completion_tokens", self.completion_tokens)
+            details = usage.get("prompt_tokens_details") or {}
+            self.cached_tokens = details.get("cached_tokens", self.cached_tokens)
 
 
 def _http_error(response: httpx.Response) -> tuple[str, str]:
@@ -165,6 +168,7 @@ async def send_request(
         slo_tier=spec.slo.tier,
         slo_ttft_ms=spec.slo.ttft_ms,
         slo_tpot_ms=spec.slo.tpot_ms,
+        turn=spec.turn,
     )
     stream = _Stream()
     try:
@@ -228,6 +232,7 @@ async def send_request(
         record.itl_s = [b - a for a, b in zip(stream.chunk_times, stream.chunk_times[1:], strict=False)]
     if stream.prompt_tokens is not None:
         record.prompt_tokens = stream.prompt_tokens
+    record.cached_tokens = stream.cached_tokens
     record.output_tokens = stream.completion_tokens if stream.completion_tokens is not None else record.chunks
     if record.ok:
         record.tpot_s = time_per_output_token(record.e2e_s, record.ttft_s, record.output_tokens)

@@ -23,6 +23,7 @@ from router.config import RouterConfig
 from sim.scenario import PoolSpec, Scenario
 from sim.seed import router_seed
 from sim.workload import sim_requests
+from traffic.segments import segment_token_ids
 from traffic.workload import RequestSpec, make_prompt
 
 TOKENIZER = "builtin:tiny"  # the emulated engines stream its ids; prompts are drawn from its plain tokens
@@ -98,10 +99,15 @@ def scenario_requests(scenario: Scenario) -> list[RequestSpec]:
         RequestSpec(
             index=r.index,
             send_at=r.arrival_s,
-            prompt=make_prompt(r.prompt_tokens, "token_ids", TOKEN_ID_RANGE, prompts),
+            # Shared prefixes as the same token ids wherever the segments repeat (traffic.segments).
+            prompt=segment_token_ids(r.segments, TOKEN_ID_RANGE)
+            if r.segments
+            else make_prompt(r.prompt_tokens, "token_ids", TOKEN_ID_RANGE, prompts),
             prompt_tokens=r.prompt_tokens,
             max_tokens=r.max_tokens,
             slo=r.slo,
+            segments=r.segments,
+            turn=r.turn,
         )
         for r in sim_requests(scenario.streams, scenario.duration_s, router)
     ]

@@ -12,6 +12,8 @@ from typing import Any
 
 import httpx
 
+from router.config import SETUPS
+
 
 def policy_args(
     args: dict[str, Any],
@@ -21,7 +23,8 @@ def policy_args(
 ) -> dict[str, Any]:
     """``args`` with ``router.policy`` set (and other router fields merged) and variants' latency profiles."""
     out = copy.deepcopy(args)
-    out["router"] = {**out.get("router", {}), **(router or {}), "policy": policy}
+    # A setup name (router.config.SETUPS: a policy, or slo_blind) sets the fields that make it.
+    out["router"] = {**out.get("router", {}), **(router or {}), **SETUPS.get(policy, {"policy": policy})}
     for variant in out["variants"]:
         if profiles and variant["name"] in profiles:
             variant["latency_profile"] = profiles[variant["name"]]

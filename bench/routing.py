@@ -45,7 +45,7 @@ from bench.loadgen import LoadConfig
 from bench.local_serve import local_serve
 from bench.policy_apps import EngineLimits, app_names, engine_limits, run_policy_ingresses
 from bench.routing_plot import sweep_plot
-from router.config import RouterConfig, SLOTier
+from router.config import SETUPS, RouterConfig, SLOTier
 from sim.scenario import SCENARIOS
 from traffic.arrivals import PoissonArrivals, arrival_times
 from traffic.mix import MixConfig, mean_length, mixed_requests, routing_mix, slo_window_s
@@ -68,7 +68,7 @@ from traffic.routing_results import (
 )
 from traffic.workload import RequestSpec
 
-POLICIES = ("slo", "round_robin", "least_loaded", "length_threshold", "largest")
+POLICIES = ("slo", "round_robin", "least_loaded", "length_threshold", "largest")  # the default comparison
 BASE_APP = "llm"  # the app that holds the engines (and its own, idle, ingress)
 
 
@@ -105,7 +105,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="with --scenario: run this share of the fleet's replicas at the same share of its traffic",
     )
     p.add_argument("--quick", action="store_true", help="2 rates x 5 policies x 10 s (about 4-5 minutes)")
-    p.add_argument("--policies", nargs="+", choices=POLICIES, default=list(POLICIES))
+    p.add_argument(
+        "--policies",
+        nargs="+",
+        choices=list(SETUPS),
+        default=list(POLICIES),
+        help="router setups (router.config.SETUPS): the policies, and slo_blind (slo without the prefix caches)",
+    )
     p.add_argument("--rates", nargs="+", type=float, default=None, help="req/s; default: from calibration")
     p.add_argument(
         "--rate-fractions",

@@ -214,6 +214,7 @@ class EngineStats:
     cached_blocks: int = 0
     cache_hit_tokens: int = 0
     cache_prompt_tokens: int = 0
+    kv_block_tokens: int = 0  # the engine's block size, where it reports its cache (Engine.kv_block_tokens; 0: none)
 
     @property
     def kv_used_fraction(self) -> float:

@@ -7,7 +7,7 @@ impossible combination fails at load time with the offending field named.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import Field, StringConstraints, ValidationInfo, field_validator
 
@@ -17,7 +17,25 @@ from core.config import StrictModel
 TIER_NAME_PATTERN = r"^[a-zA-Z0-9][a-zA-Z0-9._-]{0,62}$"
 TierName = Annotated[str, StringConstraints(pattern=TIER_NAME_PATTERN)]
 
-Policy = Literal["slo", "round_robin", "least_loaded", "length_threshold", "largest"]
+Policy = Literal[
+    "slo", "round_robin", "least_loaded", "length_threshold", "largest", "prefix_affinity", "weighted_prefix"
+]
+# What the benches and the simulator compare, by name: every policy, and ``slo_blind``, the slo policy with the
+# prefix caches left out (``prefix_routing`` false), as it routed before it could see them.
+Setup = Literal[
+    "slo",
+    "round_robin",
+    "least_loaded",
+    "length_threshold",
+    "largest",
+    "prefix_affinity",
+    "weighted_prefix",
+    "slo_blind",
+]
+SETUPS: dict[str, dict[str, object]] = {
+    **{policy: {"policy": policy} for policy in get_args(Policy)},
+    "slo_blind": {"policy": "slo", "prefix_routing": False},
+}
 Objective = Literal["quality", "cost"]
 OnViolation = Literal["degrade", "reject"]
 

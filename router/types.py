@@ -32,6 +32,8 @@ class Reason(StrEnum):
     LEAST_LOADED = "least_loaded"
     LENGTH_THRESHOLD = "length_threshold"
     LARGEST = "largest"
+    PREFIX_AFFINITY = "prefix_affinity"
+    WEIGHTED_PREFIX = "weighted_prefix"
     REJECTED_CONTEXT = "rejected_context"  # 400: prompt + max_tokens fits no (or not the pinned) variant
     # 400: the request asks for a sampling field no variant's backend (or not the pinned one's) implements
     REJECTED_UNSUPPORTED_FIELD = "rejected_unsupported_field"
@@ -129,6 +131,7 @@ class VariantView:
     # Prompt tokens of this request that the variant's best replica for it holds in its prefix cache
     # (router.prefix_index, router.replica_backlog.best_cached): the prefill the prediction leaves out.
     cached_prompt_tokens: int = 0
+    max_cached_tokens: int = 0  # the most of this request's prompt that any of its replicas holds (baselines)
 
 
 # Not frozen: one is built per candidate variant per decision, and a frozen dataclass's __init__ costs three

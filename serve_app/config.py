@@ -526,13 +526,15 @@ class VariantConfig(StrictModel):
             profile = engine.engine_profile()
             return (profile.kv_block_tokens, True) if profile.block_reuse else None
         if engine.backend == "trtllm":
+            # A prebuilt engine directory's block size is its build's: the engine reports it with its stats, and
+            # the routing table follows what the replicas report (RoutingTable._follow_block_size).
             kv = engine.kv_cache
-            if not kv.enable_block_reuse:
-                return None
-            return getattr(kv, "tokens_per_block", 32), getattr(kv, "event_buffer_max_size", 0) > 0
-        if engine.backend == "openai_server":  # trtllm-serve reuses blocks by default, 32 tokens a block
-            return 32, bool(getattr(engine, "kv_cache_events", False))
-        return None  # hf: transformers' continuous batching shares no prefix blocks between requests
+            return (kv.tokens_per_block, kv.kv_events) if kv.enable_block_reuse else None
+        if engine.backend == "openai_server":  # trtllm-serve reuses blocks by default
+            return engine.kv_block_tokens(), engine.kv_events_enabled()
+        if engine.backend == "hf":  # transformers' continuous batching shares page_size blocks (engines/hf.py)
+            return engine.page_size, True
+        return None
 
 
 class IngressConfig(StrictModel):

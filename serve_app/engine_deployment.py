@@ -119,6 +119,7 @@ class EngineDeployment:
         while True:
             try:
                 stats = self.stats()
+                stats.kv_block_tokens = self.engine.kv_block_tokens or 0  # what the routers hash prompts by
                 self._metrics.set(stats)
                 # The answer: the demand the ingresses redirected away from this variant, for the autoscaler.
                 kv = self._unposted_kv()  # None: the engine tells nothing of its prefix cache

@@ -150,6 +150,8 @@ class RoutingTable:
     async def _refresh_prefix(self, snapshot: dict[str, list[ReplicaReport]]) -> None:
         """Applies the engines' prefix cache changes since the last read; forgets replicas gone from the board."""
         variant_of = {r.replica: name for name, replicas in snapshot.items() for r in replicas}
+        for name, replicas in snapshot.items():
+            self._follow_block_size(name, replicas)
         if self._kv_changes_fn is not None:
             changes = await self._kv_changes_fn(self._kv_cursors)
             for replica, (seq, events) in changes.items():
@@ -164,6 +166,17 @@ class RoutingTable:
             del self._kv_cursors[gone]
 
     # ------------------------------------------------------------------ prefix caches
+
+    def _follow_block_size(self, variant: str, replicas: list[ReplicaReport]) -> None:
+        """Where the engines report another block size than the config implies (a prebuilt TensorRT-LLM engine's
+        is its build's), index by theirs from now on: what was indexed is rebuilt from their whole caches."""
+        index = self.prefix.get(variant)
+        reported = {r.stats.kv_block_tokens for r in replicas if r.stats.kv_block_tokens}
+        if index is None or len(reported) != 1 or index.block_tokens in reported:
+            return
+        self.prefix[variant] = PrefixIndex(reported.pop())
+        for r in replicas:
+            self._kv_cursors.pop(r.replica, None)
 
     def prefix_lookup(self, prompt_ids: Sequence[int]) -> PrefixLookup:
         """What each variant's replicas hold of this prompt (``NO_PREFIX`` where no variant reuses blocks)."""
@@ -297,9 +310,10 @@ class RoutingTable:
 
     def decide(self, features: RequestFeatures, prefix: PrefixLookup = NO_PREFIX) -> Decision:
         views = self.views()
-        if prefix.best:
+        if prefix.cached:
             for view in views:
                 view.cached_prompt_tokens = prefix.best.get(view.name, 0)
+                view.max_cached_tokens = max(prefix.cached.get(view.name, {}).values(), default=0)
         decision = route(features, views, self.config.router, self._state)
         redirected = redirected_from(decision, features, views, self.config.router)
         if redirected is not None:  # spilled or shed while its variant was full: demand for that one's autoscaler

@@ -24,10 +24,11 @@ from typing import get_args
 
 from engines.presets import PRESETS
 from engines.profile import EngineProfile
+from router.config import SETUPS
 from serve_app.config import ReplicaChoice
 from sim.calibrate import calibrate, render
 from sim.fit import FITTED, fit
-from sim.scenario import ALL_POLICIES, ALL_SCALING, SCENARIOS, run_matrix, table
+from sim.scenario import ALL_SCALING, SCENARIOS, run_matrix, table
 from sim.sweep import render_sweep, sweep
 from traffic.records import read_jsonl
 from traffic.routing_results import QUICK_FRACTIONS
@@ -54,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--duration-s", type=float, default=None, help="default: the scenario's own")
     run.add_argument("--rate-scale", type=float, default=1.0, help="multiply every stream's rate")
-    run.add_argument("--policies", nargs="+", choices=ALL_POLICIES, default=list(ALL_POLICIES))
+    run.add_argument("--policies", nargs="+", choices=list(SETUPS), default=None, help="default: the scenario's")
     run.add_argument("--scaling", nargs="+", choices=ALL_SCALING, default=None, help="default: the scenario's")
     run.add_argument(
         "--replica-choice",
@@ -78,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=list(QUICK_FRACTIONS),
         help="rates as fractions of the capacity (the bench's quick sweep: 0.5 1.0); the bar is judged at the highest",
     )
-    sw.add_argument("--policies", nargs="+", choices=ALL_POLICIES, default=list(ALL_POLICIES))
+    sw.add_argument("--policies", nargs="+", choices=list(SETUPS), default=None, help="default: the scenario's")
     sw.add_argument(
         "--duration-s", type=float, default=None, help="seconds of traffic per run; default: the scenario's"
     )
@@ -126,7 +127,7 @@ def _run(args: argparse.Namespace) -> int:
     scenario = make(rate_scale=args.rate_scale) if args.duration_s is None else make(args.duration_s, args.rate_scale)
     scenario = scenario.model_copy(
         update={
-            "policies": args.policies,
+            "policies": args.policies or scenario.policies,
             "scaling": args.scaling or scenario.scaling,
             "replica_choice": args.replica_choice or scenario.replica_choice,
         }

@@ -32,6 +32,7 @@ from sim.scenario import PoolSpec, Scenario
 from sim.workload import Stream
 from traffic.arrivals import ArrivalSpec, BurstArrivals, ConstantArrivals, PoissonArrivals, SpikeArrivals
 from traffic.mix import mean_length
+from traffic.prefix import composer, mean_prompt_tokens
 from traffic.workload import Slo
 
 # A burst holds this many full batches of the pool (every replica's every slot). The time until the last
@@ -122,8 +123,10 @@ def natural_split(scenario: Scenario) -> dict[str, str]:
     threshold = scenario.router.length_threshold_tokens
     split = {}
     for stream in scenario.streams:
-        prompt = mean_length(stream.workload.input_len)
-        total = prompt + mean_length(stream.workload.output_len)
+        workload = stream.workload
+        output = mean_length(workload.output_len)
+        prompt = mean_prompt_tokens(workload.prefix, mean_length(workload.input_len), output)
+        total = prompt + output
         try:
             split[stream.name] = length_threshold_pool(prompt, total, scenario.pools, threshold)
         except ValueError as exc:
@@ -158,6 +161,9 @@ def burst_requests(
     """
     pick = random.Random(f"{seed}:burst")
     lengths = {s.name: random.Random(f"{s.workload.seed}:lengths") for s, _ in streams}
+    # A workload with shared prefixes: each request's whole prompt, prefix or history included, and no segments,
+    # so that nothing is cached: the capacity without a prefix cache, the yardstick the rates are set against.
+    contents = {s.name: composer(s.workload.prefix, s.workload.seed) for s, _ in streams if s.workload.prefix}
     weights = [rate for _, rate in streams]
     out: list[SimRequest] = []
     for _ in range(100 * count):
@@ -166,6 +172,8 @@ def burst_requests(
         stream = pick.choices([s for s, _ in streams], weights=weights)[0]
         rng = lengths[stream.name]
         prompt, output = stream.workload.input_len.sample(rng), stream.workload.output_len.sample(rng)
+        if stream.name in contents:
+            prompt = contents[stream.name].next(prompt, output).tokens
         if prompt + output > context_length:
             continue
         features = RequestFeatures(prompt_tokens=prompt, max_tokens=output)

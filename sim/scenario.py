@@ -28,17 +28,18 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from engines.presets import PRESETS
 from engines.profile import EngineProfile
 from router import RouterConfig
-from router.config import Policy
+from router.config import SETUPS, Setup
 from serve_app.config import AutoscalingSpec, ReplicaChoice
 from sim.seed import router_seed
 from sim.simulator import SimResult, Simulation, SimVariant
 from sim.workload import Stream, sim_requests
 from traffic.arrivals import PoissonArrivals, SpikeArrivals
+from traffic.prefix import Conversations, SharedPrefix
 from traffic.summary import Summary, summarize
 from traffic.workload import NormalLength, SloTier, WorkloadConfig
 
 Scaling = Literal["static", "ongoing_requests", "engine_load"]
-ALL_POLICIES: tuple[Policy, ...] = ("slo", "round_robin", "least_loaded", "length_threshold", "largest")
+ALL_POLICIES: tuple[Setup, ...] = ("slo", "round_robin", "least_loaded", "length_threshold", "largest")
 ALL_SCALING: tuple[Scaling, ...] = ("static", "ongoing_requests", "engine_load")
 # Without and with the project's autoscaler; Serve's default one is a flag away (--scaling).
 DEFAULT_SCALING: tuple[Scaling, ...] = ("static", "engine_load")
@@ -98,7 +99,10 @@ class Scenario(BaseModel):
     pools: list[PoolSpec] = Field(min_length=1)
     streams: list[Stream] = Field(min_length=1)
     router: RouterConfig = Field(default_factory=RouterConfig)
-    policies: list[Policy] = Field(default_factory=lambda: list(ALL_POLICIES))
+    policies: list[Setup] = Field(
+        default_factory=lambda: list(ALL_POLICIES),
+        description="The router setups to run (router.config.SETUPS: a policy, or slo_blind).",
+    )
     scaling: list[Scaling] = Field(default_factory=lambda: list(DEFAULT_SCALING))
     seed: int = 0
     replica_choice: ReplicaChoice = Field(
@@ -127,7 +131,7 @@ class Scenario(BaseModel):
 
 
 class RunResult(BaseModel):
-    policy: Policy
+    policy: Setup
     scaling: Scaling
     gpu_hours: float
     gpu_hours_by_variant: dict[str, float]
@@ -141,10 +145,10 @@ class RunResult(BaseModel):
     summary: Summary
 
 
-def simulate(scenario: Scenario, policy: Policy, scaling: Scaling) -> tuple[SimResult, RunResult]:
-    """One run of the scenario's traffic under ``policy`` and ``scaling``."""
+def simulate(scenario: Scenario, policy: Setup, scaling: Scaling) -> tuple[SimResult, RunResult]:
+    """One run of the scenario's traffic under the router setup ``policy`` and ``scaling``."""
     started, cpu_started = time.perf_counter(), time.process_time()
-    router = scenario.router.model_copy(update={"policy": policy})
+    router = scenario.router.model_copy(update=SETUPS[policy])
     sim = Simulation(
         [p.sim_variant(scaling) for p in scenario.pools],
         router,
@@ -174,7 +178,7 @@ def simulate(scenario: Scenario, policy: Policy, scaling: Scaling) -> tuple[SimR
     return result, run
 
 
-def _run_one(scenario: Scenario, policy: Policy, scaling: Scaling, out: Path | None) -> RunResult:
+def _run_one(scenario: Scenario, policy: Setup, scaling: Scaling, out: Path | None) -> RunResult:
     result, run = simulate(scenario, policy, scaling)
     if out is not None:
         from sim.output import write_run  # matplotlib: only when plots are asked for
@@ -410,6 +414,81 @@ def two_variant_scenario(duration_s: float = 300.0, rate_scale: float = 1.0) -> 
     )
 
 
+# The setups the prefix scenarios compare: the slo policy with and without the caches, and the peers' prefix routers.
+PREFIX_SETUPS: list[Setup] = ["slo", "slo_blind", "prefix_affinity", "weighted_prefix"]
+SHARED_PREFIX_GROUPS = 150  # llm-d's precise prefix benchmark: 150 groups x 5 questions over ~6k-token prompts
+SHARED_PREFIX_TOKENS = 4096
+
+
+def shared_prefix_scenario(duration_s: float = 300.0, rate_scale: float = 1.0) -> Scenario:
+    """The two_variant fleet and its short interactive chat, with the long requests sharing prefixes: each of
+    ``SHARED_PREFIX_GROUPS`` groups (an agent's system prompt and tool schemas, a document many ask about) has a
+    ``SHARED_PREFIX_TOKENS`` prompt, followed by a question of its own (~400 tokens), at the standard tier.
+
+    The groups' prefixes together (600k tokens) outgrow a 70B replica's KV cache (686k, most of it reserved by
+    running sequences), so a router that scatters a group over the replicas makes each prefill it again and again;
+    one that keeps a group where it is cached prefills its ~400-token questions. Both variants can hold the
+    grouped requests (the 8B's 8k context too), so the variant choice matters as much as the replica's.
+    """
+    router = RouterConfig()
+    tiers = _scored_tiers(router)
+    short = _chat(tiers["interactive"]).model_copy(
+        update={"input_len": NormalLength(mean=600, std=300, low=32, high=router.length_threshold_tokens)}
+    )
+    grouped = _rag(NormalLength(mean=400, std=200, low=32, high=1500), [tiers["standard"]]).model_copy(
+        update={"prefix": SharedPrefix(groups=SHARED_PREFIX_GROUPS, prefix_tokens=SHARED_PREFIX_TOKENS)}
+    )
+    rate = TWO_VARIANT_BASE_RATE * rate_scale
+    return Scenario(
+        name=f"shared_prefix: the two_variant fleet; short interactive chat beside {SHARED_PREFIX_GROUPS} groups "
+        f"sharing {SHARED_PREFIX_TOKENS}-token prompts",
+        duration_s=duration_s,
+        pools=_fast_and_slow_pools(_SHORT_8B),
+        streams=[
+            _steady("short", TWO_VARIANT_SHORT_SHARE * rate, 1, short),
+            _steady("grouped", (1.0 - TWO_VARIANT_SHORT_SHARE) * rate, 2, grouped),
+        ],
+        router=router,
+        policies=PREFIX_SETUPS,
+        scaling=["static"],
+        replica_choice="least_prefill",
+    )
+
+
+CONVERSATIONS = 400  # active at once: the think time between two turns of one is CONVERSATIONS / rate
+CONVERSATION_TURNS = 6
+
+
+def conversations_scenario(duration_s: float = 300.0, rate_scale: float = 1.0) -> Scenario:
+    """The two_variant fleet serving multi-turn chat: ``CONVERSATIONS`` conversations at once, each of
+    ``CONVERSATION_TURNS`` turns, every turn resending the whole history (earlier messages and answers, ~200
+    tokens each) with a new message; interactive tier; beside it, long unique RAG prompts at the standard tier."""
+    router = RouterConfig()
+    tiers = _scored_tiers(router)
+    chat = WorkloadConfig(
+        input_len=NormalLength(mean=200, std=100, low=16, high=600),
+        output_len=NormalLength(mean=200, std=80, low=16, high=500),
+        tiers=[tiers["interactive"]],
+        prefix=Conversations(conversations=CONVERSATIONS, turns=CONVERSATION_TURNS, pick="random"),
+    )
+    long = _rag(NormalLength(mean=4000, std=2000, low=1500, high=16000), [tiers["standard"]])
+    rate = TWO_VARIANT_BASE_RATE * rate_scale
+    return Scenario(
+        name=f"conversations: the two_variant fleet; {CONVERSATIONS} chats of {CONVERSATION_TURNS} turns beside "
+        "long RAG prompts",
+        duration_s=duration_s,
+        pools=_fast_and_slow_pools(_SHORT_8B),
+        streams=[
+            _steady("chat", TWO_VARIANT_SHORT_SHARE * rate, 1, chat),
+            _steady("long", (1.0 - TWO_VARIANT_SHORT_SHARE) * rate, 2, long),
+        ],
+        router=router,
+        policies=PREFIX_SETUPS,
+        scaling=["static"],
+        replica_choice="least_prefill",
+    )
+
+
 def _fast_and_slow_pools(fast: EngineProfile) -> list[PoolSpec]:
     """The fleet of ``tiers`` and ``two_variant``: 2 one-GPU 8B INT4 replicas (``fast``) beside 8 BF16 70B
     TP2 replicas, whose decode step is ~8x longer and whose answers are better."""
@@ -464,4 +543,6 @@ SCENARIOS = {
     "heterogeneous": heterogeneous_scenario,
     "tiers": tiers_scenario,
     "two_variant": two_variant_scenario,
+    "shared_prefix": shared_prefix_scenario,
+    "conversations": conversations_scenario,
 }

@@ -270,6 +270,7 @@ class Simulation:
                 for replica, (tokens, at_s) in deployment.reported[request.ingress].items()
             }
             view.cached_prompt_tokens = best_cached(backlogs, cached, request.prompt_tokens)
+            view.max_cached_tokens = max(cached.values())
         return out
 
     def _step_end(self, replica: SimReplica, now: float) -> int:

@@ -191,6 +191,32 @@ def runs_table(runs: Sequence[SweepRun]) -> str:
     return "\n".join(lines)
 
 
+def prefix_table(runs: Sequence[SweepRun]) -> str:
+    """Where the engines reused prompt blocks: per (policy, rate) the TTFT percentiles (of later conversation turns
+    too, where there are turns), output tokens per second, the prefix hit rate and the prompt tokens computed."""
+    turns = any(r.run.summary.later_turns_ttft_ms is not None for r in runs)
+    head = ["policy", "rate (req/s)", "TTFT p50 / p90 / p99 (ms)"]
+    head += ["later turns' TTFT p50 (ms)"] if turns else []
+    head += ["output tokens/s", "prefix hit rate", "prompt tokens computed"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---:" if i else "---" for i in range(len(head))) + "|"]
+    order = {p: i for i, p in enumerate(dict.fromkeys(r.run.policy for r in runs))}
+    for r in sorted(runs, key=lambda r: (order[r.run.policy], r.rate)):
+        s = r.run.summary
+        t = s.ttft_ms
+        cells = [r.run.policy, f"{r.rate:.2f}", f"{_num0(t.p50)} / {_num0(t.p90)} / {_num0(t.p99)}"]
+        if turns:
+            later = s.later_turns_ttft_ms
+            cells.append(_num0(None if later is None else later.p50))
+        hit = "-" if s.prefix_hit_rate is None else f"{s.prefix_hit_rate:.1%}"
+        cells += [f"{s.output_tokens_per_s:.0f}", hit, f"{s.prefill_tokens:,}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _num0(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}"
+
+
 def render_sweep(result: SimSweep) -> str:
     e = result.capacity
     return "\n".join(
@@ -208,6 +234,11 @@ def render_sweep(result: SimSweep) -> str:
             f"## Every policy, static pools, {result.duration_s:g} s of traffic per run",
             "",
             runs_table([r for r in result.runs if r.seed == 0]),
+            *(
+                ["", "## Prefix caches", "", prefix_table([r for r in result.runs if r.seed == 0])]
+                if any(r.run.summary.prefix_hit_rate is not None for r in result.runs)
+                else []
+            ),
             "",
             bar_line(result.bar),
             *(["", seeds_table(result.runs), "", seeds_verdict(result.seed_bars)] if result.seed_bars else []),

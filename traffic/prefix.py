@@ -147,3 +147,14 @@ def composer(spec: SharedPrefix | Conversations, seed: int) -> PromptComposer:
     if isinstance(spec, SharedPrefix):
         return _SharedPrefixComposer(spec, seed)
     return _ConversationComposer(spec, seed)
+
+
+def mean_prompt_tokens(spec: SharedPrefix | Conversations | None, mean_input: float, mean_output: float) -> float:
+    """The mean prompt of a workload whose own part (question, user message) averages ``mean_input`` tokens and
+    whose answers ``mean_output``: what a capacity estimate that caches nothing must prefill per request."""
+    if spec is None:
+        return mean_input
+    if isinstance(spec, SharedPrefix):
+        return spec.prefix_tokens + mean_input
+    # Turn t (from 0) resends t earlier messages and answers: (turns - 1) / 2 of them on average.
+    return mean_input + (spec.turns - 1) / 2 * (mean_input + mean_output)

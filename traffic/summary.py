@@ -50,6 +50,17 @@ class GroupStats(BaseModel):
     succeeded: int
     slo_met: int
     slo_attainment: float
+    prefix_hit_rate: float | None = Field(
+        None, description="Cached / prompt tokens of the requests that succeeded and said (None: none said)."
+    )
+
+
+def prefix_hit_rate(records: Sequence[RequestRecord]) -> float | None:
+    """Prompt tokens the engines took from their prefix caches over the prompt tokens of the same requests: the
+    successful ones whose usage said how many were cached (None when none did)."""
+    told = [r for r in records if r.ok and r.cached_tokens is not None]
+    prompt = sum(r.prompt_tokens for r in told)
+    return sum(r.cached_tokens or 0 for r in told) / prompt if prompt else None
 
 
 class Summary(BaseModel):
@@ -74,6 +85,19 @@ class Summary(BaseModel):
     goodput: float = Field(description="Requests per second that met their SLO.")
     by_tier: dict[str, GroupStats]
     by_variant: dict[str, GroupStats]
+    prefix_hit_rate: float | None = Field(None, description="See prefix_hit_rate(); per replica in by_replica.")
+    prefill_tokens: int = Field(
+        0, description="Prompt tokens the engines computed for the requests that succeeded: prompt less cached."
+    )
+    by_replica: dict[str, GroupStats] = Field(default_factory=dict)
+    later_turns_ttft_ms: LatencyStats | None = Field(
+        None, description="TTFT of the second and later turns of multi-turn conversations (None: no such turn)."
+    )
+
+
+def _later_turns_ttft(ok: Sequence[RequestRecord]) -> LatencyStats | None:
+    later = [r.ttft_s for r in ok if r.turn > 0 and r.ttft_s is not None]
+    return latency_stats(later) if later else None
 
 
 def _rate(count: int, seconds: float) -> float:
@@ -87,6 +111,7 @@ def _group(records: Sequence[RequestRecord]) -> GroupStats:
         succeeded=sum(r.ok for r in records),
         slo_met=met,
         slo_attainment=met / len(records) if records else 0.0,
+        prefix_hit_rate=prefix_hit_rate(records),
     )
 
 
@@ -134,4 +159,8 @@ def summarize(records: Sequence[RequestRecord], duration_s: float | None = None)
         goodput=_rate(met, duration_s),
         by_tier=_grouped(records, "slo_tier"),
         by_variant=_grouped(records, "variant"),
+        prefix_hit_rate=prefix_hit_rate(records),
+        prefill_tokens=sum(r.prompt_tokens - (r.cached_tokens or 0) for r in ok),
+        by_replica=_grouped(records, "replica"),
+        later_turns_ttft_ms=_later_turns_ttft(ok),
     )

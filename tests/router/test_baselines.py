@@ -87,3 +87,39 @@ def test_baselines_skip_variants_without_serving_replicas_and_still_report_predi
 
     assert decision.variant == "small"
     assert set(decision.predictions) == {"small"}
+
+
+def test_prefix_affinity_takes_the_longest_cached_match_while_loads_are_balanced():
+    config = RouterConfig(policy="prefix_affinity")
+    cached_big = [small(max_cached_tokens=0), big(max_cached_tokens=900)]
+    decision = route(request(1000), cached_big, config, RouterState())
+    assert (decision.variant, decision.reason) == ("big", Reason.PREFIX_AFFINITY)
+    # Under 10% of the prompt is not worth following: the least loaded, as with nothing cached.
+    barely = [small(), big(max_cached_tokens=50, running_requests=8)]
+    assert route(request(1000), barely, config, RouterState()).variant == "small"
+
+
+def test_prefix_affinity_gives_up_the_match_when_loads_are_out_of_balance():
+    config = RouterConfig(policy="prefix_affinity")
+    variants = [small(), big(max_cached_tokens=900, running_requests=16, queued_requests=8)]
+    assert route(request(1000), variants, config, RouterState()).variant == "small"
+
+
+def test_weighted_prefix_sums_the_match_the_queue_and_the_free_kv_three_two_two():
+    config = RouterConfig(policy="weighted_prefix")
+    # The match (3 x 0.9) outweighs the other variant's shorter queue (2 x 1) with equal KV.
+    variants = [small(), big(max_cached_tokens=900, queued_requests=2)]
+    decision = route(request(1000), variants, config, RouterState())
+    assert (decision.variant, decision.reason) == ("big", Reason.WEIGHTED_PREFIX)
+    # A small match does not: the queue and the KV decide.
+    variants = [small(), big(max_cached_tokens=100, queued_requests=2)]
+    assert route(request(1000), variants, config, RouterState()).variant == "small"
+
+
+def test_every_setup_names_a_router_config():
+    from router.config import SETUPS
+
+    for name, fields in SETUPS.items():
+        config = RouterConfig.model_validate(fields)
+        assert config.policy == (name if name != "slo_blind" else "slo")
+    assert RouterConfig.model_validate(SETUPS["slo_blind"]).prefix_routing is False

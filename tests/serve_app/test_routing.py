@@ -414,7 +414,36 @@ async def _empty_board():
     return {}
 
 
-def test_variants_whose_engines_share_no_prefix_blocks_get_no_index(table):
-    # The default config's hf engines share no prefix blocks: no index at all, nothing assumed cached.
-    assert table.prefix == {}
-    assert table.prefix_lookup(list(range(300, 400))).cached == {}
+def test_variants_index_their_engines_prefix_blocks_at_the_engines_block_size(table):
+    # The default config's hf engines: transformers' continuous batching shares page_size (16-token) blocks.
+    assert {name: index.block_tokens for name, index in table.prefix.items()} == {"tiny": 16, "small": 16}
+
+
+def test_an_engine_that_reports_nothing_is_indexed_from_what_was_sent(table):
+    table._snapshot = {"tiny": [_replica("a")], "small": [_replica("b", context_length=4096)]}
+    prompt = list(range(300, 400))
+    assert table.prefix_lookup(prompt).cached == {}
+    table.note_routed("tiny", "a", table.prefix_lookup(prompt))
+    assert table.prefix_lookup(prompt).cached == {"tiny": {"a": 96}}
+
+
+async def test_the_index_follows_the_block_size_the_engines_report():
+    from engines.kv_blocks import KvEvents, block_hashes
+
+    prompt = list(range(300, 300 + 256))
+    cursors_seen: list[dict[str, int]] = []
+
+    async def kv_changes(cursors):
+        cursors_seen.append(dict(cursors))
+        return {"a": (3, KvEvents(stored=set(block_hashes(prompt, 64)), cleared=True))}
+
+    table = _emulated_table(kv_changes)
+    await table.refresh()
+    assert table.prefix["llama-8b-int4"].block_tokens == 32
+    reports = await table._snapshot_fn()
+    for r in reports["llama-8b-int4"]:
+        r.stats.kv_block_tokens = 64  # a prebuilt engine's build says 64
+    await table.refresh()
+    assert table.prefix["llama-8b-int4"].block_tokens == 64
+    assert cursors_seen[-1] == {}  # the whole cache again, at the new size
+    assert table.prefix_lookup(prompt).cached == {"llama-8b-int4": {"a": 255}}

@@ -22,6 +22,7 @@ from sim.workload import Stream
 from tests.sim.helpers import profile
 from traffic.arrivals import PoissonArrivals, SpikeArrivals
 from traffic.mix import mean_length
+from traffic.prefix import mean_prompt_tokens
 from traffic.workload import FixedLength, NormalLength, WorkloadConfig
 
 
@@ -39,9 +40,11 @@ def _view(pool: PoolSpec) -> VariantView:
 
 
 def _router_choice(scenario: Scenario, stream: Stream) -> str:
-    """What router.baselines.length_threshold itself picks for the stream's typical request."""
-    prompt = round(mean_length(stream.workload.input_len))
-    output = round(mean_length(stream.workload.output_len))
+    """What router.baselines.length_threshold itself picks for the stream's typical request (its whole prompt: a
+    shared prefix or a conversation's history included)."""
+    workload = stream.workload
+    output = round(mean_length(workload.output_len))
+    prompt = round(mean_prompt_tokens(workload.prefix, mean_length(workload.input_len), output))
     fitting = [_view(p) for p in scenario.pools if prompt + output <= p.engine_profile().context_length]
     request = RequestFeatures(prompt_tokens=prompt, max_tokens=output)
     return length_threshold(request, fitting, {}, scenario.router, RouterState()).name

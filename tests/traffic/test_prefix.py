@@ -145,3 +145,12 @@ def test_simulated_requests_carry_segments_and_turns():
     assert len(requests) == 50
     assert [r.turn for r in requests[:6]] == [0, 0, 0, 1, 1, 1]
     assert all(r.prompt_tokens == sum(n for _, n in r.segments) == r.features.prompt_tokens for r in requests)
+
+
+def test_the_mean_prompt_counts_the_prefix_or_the_history_it_resends():
+    from traffic.prefix import mean_prompt_tokens
+
+    assert mean_prompt_tokens(None, 500, 100) == 500
+    assert mean_prompt_tokens(SharedPrefix(groups=4, prefix_tokens=4096), 400, 100) == 4496
+    # Turns 0..3 resend 0, 1, 2, 3 earlier (message, answer) pairs: 1.5 on average.
+    assert mean_prompt_tokens(Conversations(conversations=2, turns=4), 200, 100) == 200 + 1.5 * 300

@@ -61,7 +61,9 @@ def test_summary_by_hand():
         "succeeded": 2,
         "slo_met": 1,
         "slo_attainment": 1 / 3,
+        "prefix_hit_rate": None,  # no usage said what was cached
     }
+    assert s.prefix_hit_rate is None
     assert s.by_variant["small"].requests == 2
     assert s.by_variant["large"].slo_attainment == 1.0
 
@@ -86,3 +88,14 @@ def test_empty_run():
 def test_summary_is_json():
     s = summarize([record(0)])
     assert type(s).model_validate_json(s.model_dump_json()) == s
+
+
+def test_the_prefix_hit_rate_counts_only_requests_whose_usage_said():
+    told = RequestRecord("a", 0, 0.0, 0.0, None, prompt_tokens=1000, max_tokens=8, cached_tokens=750, variant="v")
+    silent = RequestRecord("b", 1, 0.0, 0.0, None, prompt_tokens=1000, max_tokens=8, variant="v")
+    failed = RequestRecord("c", 2, 0.0, 0.0, None, prompt_tokens=1000, max_tokens=8, cached_tokens=0)
+    failed.error_type = "timeout"
+    s = summarize([told, silent, failed])
+    assert s.prefix_hit_rate == pytest.approx(0.75)
+    assert s.prefill_tokens == 250 + 1000  # what the engines computed for the requests that succeeded
+    assert s.by_variant["v"].prefix_hit_rate == pytest.approx(0.75)
