@@ -8,6 +8,12 @@ largest of each decision's wall time, in microseconds; the issue's bar is 100 us
 them the same decisions on the thread's CPU clock, which leaves out the time the OS ran other processes: on a
 shared machine the wall clock's tail is mostly theirs (the load average is printed with the verdict).
 
+With ``--indexed-blocks N`` each variant also has ``--replicas`` replicas and a prefix index holding N blocks in
+all (router/prefix_index.py, filled as engines' events would fill it), and each decision first matches the
+request's prompt against every variant's index (``router.prefix_index.match_prompt``) and sets the variants' cached
+tokens, as the ingress does; the prompt's block hashes are made beforehand and timed apart (their cost grows with
+the prompt, not with the fleet). The index's memory per million blocks is measured with tracemalloc.
+
 Beside it, the same requests' *idle* decision (:func:`router.policy.route_idle`: where each would go on an
 idle fleet), which the ingress makes a second time per request to count spilled demand for the autoscaler
 (``router.redirect``).
@@ -21,13 +27,16 @@ import os
 import random
 import statistics
 import time
+import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import BaseModel
 
+from engines.kv_blocks import block_hashes
 from router import LatencyModel, LatencyProfile, RequestFeatures, RouterConfig, RouterState, VariantView, route
 from router.policy import route_idle
+from router.prefix_index import PrefixIndex, match_prompt
 from router.types import SLO
 
 BAR_US = 100.0
@@ -39,6 +48,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--decisions", type=int, default=20_000, help="timed decisions per variant count")
     p.add_argument("--policy", default="slo")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--indexed-blocks", type=int, default=0, help="prefix blocks indexed over the fleet (0: none)")
+    p.add_argument("--replicas", type=int, default=8, help="with --indexed-blocks: replicas per variant")
     p.add_argument("--json", type=Path, default=None)
 
 
@@ -55,6 +66,11 @@ class RouteCost(BaseModel):
     # tail). Includes the clock's own read (~0.7 us, a system call).
     cpu_p50_us: float = 0.0
     cpu_p99_us: float = 0.0
+    # With a prefix index: the blocks it held, its memory per million blocks, and the prompts' block hashing
+    # (made before each decision, not in the times above) per thousand prompt tokens.
+    indexed_blocks: int = 0
+    index_mb_per_million_blocks: float | None = None
+    hash_us_per_1k_tokens: float | None = None
 
 
 def trained_model(rng: random.Random, speed: float) -> LatencyModel:
@@ -148,16 +164,103 @@ def _times_us(
     return times
 
 
-def measure(count: int, decisions: int, policy: str, seed: int) -> RouteCost:
+BLOCK_TOKENS = 32
+GROUP_PREFIX_BLOCKS = 128  # a 4k-token shared prefix
+
+
+class IndexedFleet:
+    """Every variant's prefix index, filled with ``blocks`` blocks in all: groups' 4k-token prefixes, each held by
+    one or two replicas of a variant, as the engines' events would leave them."""
+
+    def __init__(self, views: list[VariantView], replicas: int, blocks: int, rng: random.Random) -> None:
+        self.views = views
+        self.indexes = {v.name: PrefixIndex(BLOCK_TOKENS) for v in views}
+        self.backlogs = {
+            v.name: {f"{v.name}-r{i}": float(rng.randint(0, 20_000)) for i in range(replicas)} for v in views
+        }
+        self.groups: list[list[int]] = []
+        stored: dict[tuple[str, str], set[int]] = {}
+        while sum(len(b) for b in stored.values()) < blocks:
+            prefix = block_hashes(
+                [rng.randrange(256, 512) for _ in range(GROUP_PREFIX_BLOCKS * BLOCK_TOKENS)], BLOCK_TOKENS
+            )
+            self.groups.append(prefix)
+            view = rng.choice(views)
+            for replica in rng.sample(sorted(self.backlogs[view.name]), rng.randint(1, 2)):
+                stored.setdefault((view.name, replica), set()).update(prefix)
+        for (name, replica), held in stored.items():
+            self.indexes[name].apply(replica, held, (), cleared=True)
+        self.blocks = sum(index.size().blocks for index in self.indexes.values())
+
+    def decide(
+        self, request: RequestFeatures, hashes: dict[int, list[int]], config: RouterConfig, state: RouterState
+    ) -> object:
+        """The ingress's decision with the prefix index: match, set each view's cached tokens, route."""
+        match = match_prompt(self.indexes, hashes, request.prompt_tokens, self.backlogs.__getitem__, 0.0)
+        for view in self.views:
+            view.cached_prompt_tokens = match.best.get(view.name, 0)
+        return route(request, self.views, config, state)
+
+
+def _index_mb_per_million(views: list[VariantView], replicas: int, seed: int, blocks: int = 200_000) -> float:
+    """The indexes' memory (tracemalloc), per million blocks held, less the bench's own lists of the groups."""
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    indexed = IndexedFleet(views, replicas, blocks, random.Random(seed))
+    indexed.groups.clear()
+    used = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    return used / 1e6 / (indexed.blocks / 1e6)
+
+
+def _prompt_hashes(
+    batch: list[RequestFeatures], groups: list[list[int]], rng: random.Random
+) -> tuple[dict[int, dict[int, list[int]]], float]:
+    """Each request's block hashes (by id(request)), half of them starting with an indexed group's prefix, and
+    what hashing the prompts cost, in microseconds per 1,000 tokens."""
+    out: dict[int, dict[int, list[int]]] = {}
+    hash_s = 0.0
+    tokens = 0
+    for request in batch:
+        ids = [rng.randrange(256, 512) for _ in range(request.prompt_tokens)]
+        started = time.perf_counter()
+        hashes = block_hashes(ids, BLOCK_TOKENS)
+        hash_s += time.perf_counter() - started
+        tokens += len(ids)
+        if rng.random() < 0.5:  # a group's prefix, then the prompt's own blocks
+            hashes = (rng.choice(groups) + hashes)[: request.prompt_tokens // BLOCK_TOKENS]
+        out[id(request)] = {BLOCK_TOKENS: hashes}
+    return out, 1e6 * hash_s / (tokens / 1000)
+
+
+def measure(
+    count: int, decisions: int, policy: str, seed: int, indexed_blocks: int = 0, replicas: int = 8
+) -> RouteCost:
     rng = random.Random(f"{seed}:{count}")
     views = fleet(count, rng)
     config = RouterConfig(policy=policy)
     state = RouterState()
     batch = requests(rng, decisions)
+    decide: Callable[..., object] = route
+    args: tuple = (views, config, state)
+    extra: dict = {}
+    if indexed_blocks:
+        indexed = IndexedFleet(views, replicas, indexed_blocks, rng)
+        prompts, hash_us = _prompt_hashes(batch, indexed.groups, rng)
+
+        def decide_indexed(request: RequestFeatures, config: RouterConfig, state: RouterState) -> object:
+            return indexed.decide(request, prompts[id(request)], config, state)
+
+        decide, args = decide_indexed, (config, state)
+        extra = {
+            "indexed_blocks": indexed.blocks,
+            "index_mb_per_million_blocks": _index_mb_per_million(views, replicas, seed),
+            "hash_us_per_1k_tokens": hash_us,
+        }
     for request in batch[:500]:  # warm the interpreter's caches; not timed
-        route(request, views, config, state)
-    times = _times_us(time.perf_counter_ns, batch, route, views, config, state)
-    cpu_times = _times_us(time.thread_time_ns, batch, route, views, config, state)
+        decide(request, *args)
+    times = _times_us(time.perf_counter_ns, batch, decide, *args)
+    cpu_times = _times_us(time.thread_time_ns, batch, decide, *args)
     idle_times = _times_us(time.perf_counter_ns, batch, route_idle, views, config)
     return RouteCost(
         variants=count,
@@ -169,6 +272,7 @@ def measure(count: int, decisions: int, policy: str, seed: int) -> RouteCost:
         idle_p99_us=_p99(idle_times),
         cpu_p50_us=statistics.median(cpu_times),
         cpu_p99_us=_p99(cpu_times),
+        **extra,
     )
 
 
@@ -177,7 +281,9 @@ def _p99(ordered: list[float]) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
-    results = [measure(n, args.decisions, args.policy, args.seed) for n in args.variants]
+    results = [
+        measure(n, args.decisions, args.policy, args.seed, args.indexed_blocks, args.replicas) for n in args.variants
+    ]
     print(
         "| variants | decisions | p50 (us) | p99 (us) | max (us) | CPU p50 (us) | CPU p99 (us) | idle p50 (us) "
         "| idle p99 (us) |\n"
@@ -194,6 +300,12 @@ def run(args: argparse.Namespace) -> int:
         f"bar: p99 under {BAR_US:.0f} us at {top.variants} variants: {top.p99_us:.1f} us -> {verdict} "
         f"(on the CPU clock: {top.cpu_p99_us:.1f} us; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)"
     )
+    if args.indexed_blocks:
+        print(
+            f"prefix index: {top.indexed_blocks:,} blocks over {top.variants} variants x {args.replicas} replicas, "
+            f"{top.index_mb_per_million_blocks:.0f} MB per million blocks; the prompts' block hashes (before the "
+            f"decision, not in its times): {top.hash_us_per_1k_tokens:.1f} us per 1,000 prompt tokens"
+        )
     if args.json is not None:
         args.json.write_text(json.dumps([r.model_dump() for r in results], indent=2) + "\n")
     return 0

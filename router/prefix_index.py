@@ -19,8 +19,10 @@ the simulator keep one per variant.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Collection, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from router.replica_backlog import best_cached
 
 # The default bound of the approximate index, per replica: a GPU replica holds tens of thousands of blocks.
 DEFAULT_CAPACITY_BLOCKS = 1 << 16
@@ -121,16 +123,25 @@ class PrefixIndex:
         return matched_blocks(sent, hashes)
 
     def cached_tokens(self, hashes: Sequence[int], prompt_tokens: int, now: float) -> dict[str, int]:
-        """Prompt tokens each known replica would take from its cache (never the prompt's last one), where any."""
+        """Prompt tokens each known replica would take from its cache (never the prompt's last one), where any.
+
+        Called per request for every variant: a replica that lacks the prompt's first block (most of them) costs
+        one set lookup; only the others are bisected."""
         out: dict[str, int] = {}
         if not hashes:
             return out
-        block = self.block_tokens
-        limit = prompt_tokens - 1
-        for replica in (*self._precise, *self._approximate):
-            n = self.cached_blocks(replica, hashes, now) * block
-            if n > 0:
-                out[replica] = n if n < limit else max(limit, 0)
+        first = hashes[0]
+        for replica, held in self._precise.items():
+            if first in held:
+                out[replica] = matched_blocks(held, hashes)
+        for replica, sent in self._approximate.items():
+            self._expire(sent, now)
+            if first in sent:
+                out[replica] = matched_blocks(sent, hashes)
+        if out:
+            block, limit = self.block_tokens, max(prompt_tokens - 1, 0)
+            for replica, blocks in out.items():
+                out[replica] = min(blocks * block, limit)
         return out
 
     def size(self) -> IndexSize:
@@ -139,3 +150,30 @@ class PrefixIndex:
             approximate_blocks=sum(len(b) for b in self._approximate.values()),
             replicas=len(self._precise) + len(self._approximate),
         )
+
+
+@dataclass(slots=True)
+class PrefixMatch:
+    """What the variants' replicas hold of one prompt: per variant, the cached tokens on each replica that holds any
+    (``cached``) and on the variant's best replica for it (``best``: the least prefill ahead, cache left out)."""
+
+    cached: dict[str, dict[str, int]] = field(default_factory=dict)
+    best: dict[str, int] = field(default_factory=dict)
+
+
+def match_prompt(
+    indexes: Mapping[str, PrefixIndex],
+    hashes: Mapping[int, Sequence[int]],
+    prompt_tokens: int,
+    backlogs: Callable[[str], Mapping[str, float]],
+    now: float,
+) -> PrefixMatch:
+    """The prompt (its block hashes per block size) against every variant's index; ``backlogs(variant)``: each of
+    its replicas' unprefilled prompt tokens, for its best replica (asked only of variants holding some)."""
+    match = PrefixMatch()
+    for name, index in indexes.items():
+        cached = index.cached_tokens(hashes.get(index.block_tokens, ()), prompt_tokens, now)
+        if cached:
+            match.cached[name] = cached
+            match.best[name] = best_cached(backlogs(name), cached, prompt_tokens)
+    return match

@@ -148,6 +148,22 @@ class EngineMetrics:
             "Recent mean ms between a running sequence's tokens (the router's TPOT floor; 0: idle).",
             tag_keys=("variant",),
         )
+        # The prefix cache, where the engine reports one: counters, so that replicas add up and the hit rate is
+        # rate(vs_engine_prefix_cached_tokens_total) / rate(vs_engine_prefix_prompt_tokens_total).
+        self.cached_tokens = metrics.Counter(
+            "vs_engine_prefix_cached_tokens_total",
+            "Prompt tokens the engine took from its prefix cache instead of prefilling them.",
+            tag_keys=("variant",),
+        )
+        self.prompt_tokens = metrics.Counter(
+            "vs_engine_prefix_prompt_tokens_total",
+            "Prompt tokens the engine admitted, where it reports a prefix cache (the hit rate's denominator).",
+            tag_keys=("variant",),
+        )
+        self.cached_blocks = metrics.Gauge(
+            "vs_engine_prefix_cached_blocks", "KV blocks the prefix cache holds.", tag_keys=("variant",)
+        )
+        self._cache_seen = (0, 0)  # the cumulative (cached, prompt) tokens already counted
 
     def set(self, stats: EngineStats) -> None:
         self.queued.set(stats.queued_requests, self._tags)
@@ -155,6 +171,14 @@ class EngineMetrics:
         self.kv_used.set(stats.kv_used_fraction, self._tags)
         self.tokens_per_s.set(stats.tokens_per_s, self._tags)
         self.recent_tpot.set(stats.recent_tpot_ms, self._tags)
+        if stats.kv_block_tokens:
+            self.cached_blocks.set(stats.cached_blocks, self._tags)
+            cached, prompt = self._cache_seen
+            if stats.cache_hit_tokens > cached:
+                self.cached_tokens.inc(stats.cache_hit_tokens - cached, self._tags)
+            if stats.cache_prompt_tokens > prompt:
+                self.prompt_tokens.inc(stats.cache_prompt_tokens - prompt, self._tags)
+            self._cache_seen = (stats.cache_hit_tokens, stats.cache_prompt_tokens)
 
 
 _Record = Callable[[float, "dict[str, str] | None"], None]  # a Ray metric's inc or observe

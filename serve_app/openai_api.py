@@ -15,7 +15,7 @@ checked for type and range, and every failure names its field (OpenAI's ``error.
   :data:`UNSUPPORTED_COMPLETION` and :data:`UNSUPPORTED_CHAT` list them (from the ``openai`` package's
   ``completion_create_params`` and ``chat/completion_create_params``).
 * Fields that change nothing a client sees (``user``, ``metadata``, ``store``, ``service_tier``,
-  ``prompt_cache_key``, ...) are ignored.
+  ...) are ignored.
 """
 
 from __future__ import annotations
@@ -216,7 +216,6 @@ IGNORED_COMPLETION: tuple[str, ...] = ("user",)
 IGNORED_CHAT: tuple[str, ...] = (
     "metadata",
     "parallel_tool_calls",
-    "prompt_cache_key",
     "prompt_cache_options",
     "prompt_cache_retention",
     "reasoning_effort",
@@ -333,6 +332,12 @@ class ChatCompletionRequest(_SamplingFields):
 
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = None
+    prompt_cache_key: str | None = Field(
+        None,
+        max_length=1024,
+        description="Requests that share a key go to the replica the key's last request went to while their prompt "
+        "continues that request's (an affinity hint for the prefix caches; docs/prefix-routing.md).",
+    )
     logprobs: StrictBool | None = Field(
         None, description="Return each generated token's log probability (backends that implement it only)."
     )

@@ -48,6 +48,8 @@ from serve_app.prompting import PromptBuilder
 from serve_app.replica_router import replica_of
 from serve_app.routing import PrefixLookup, RouteTicket, RoutingTable
 
+SESSION_HEADER = "x-session-id"  # an affinity key for clients without prompt_cache_key (completions, older SDKs)
+
 logger = logging.getLogger("ray.serve")
 
 OK = 200
@@ -291,7 +293,9 @@ class Pipeline:
             self.config.router,
             sampling.requested_fields(),
         )
-        prefix = self.routing.prefix_lookup(prompt_ids)
+        # OpenAI's prompt_cache_key, or a session header: requests that share one go where the last one went.
+        affinity_key = getattr(req, "prompt_cache_key", None) or inbound.slo_headers.get(SESSION_HEADER)
+        prefix = self.routing.prefix_lookup(prompt_ids, affinity_key)
         variant, reason, predictions, refused = await self._route(features, prefix)
         prediction = predictions.get(variant)
         flight.reason = reason
@@ -329,7 +333,7 @@ class Pipeline:
         replica = replica_of(flight.request_id)  # the replica that served it, where our request router chose it
         if replica is not None:
             flight.headers["x-route-replica"] = replica
-            self.routing.note_routed(variant, replica, prefix)
+            self.routing.note_routed(variant, replica, prefix, affinity_key)
         if self._ingress_id is not None:
             flight.headers["x-route-ingress"] = self._ingress_id
         flight.recorder.chunk(first.completion_tokens)

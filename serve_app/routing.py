@@ -10,6 +10,7 @@ the close, a lower bound from failures and timeouts).
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import time
@@ -24,9 +25,9 @@ from router.inflight import InflightBook, RouteTicket
 from router.latency import new_latency_model
 from router.load import decode_pace
 from router.policy import missing_fields, reject_unsupported
-from router.prefix_index import IndexSize, PrefixIndex
-from router.redirect import RedirectedDemand, redirected_from
+from router.prefix_index import IndexSize, PrefixIndex, PrefixMatch, match_prompt
 from router.replica_backlog import best_cached
+from router.redirect import RedirectedDemand, redirected_from
 from serve_app.config import AppConfig
 from serve_app.replica_router import note_reports
 from serve_app.stats_board import ReplicaReport
@@ -34,6 +35,7 @@ from serve_app.stats_board import ReplicaReport
 logger = logging.getLogger("ray.serve")
 
 REFRESH_PERIOD_S = 0.1
+AFFINITY_KEYS = 1 << 16  # prompt_cache_key / x-session-id values remembered, least recent forgotten first
 _UNKNOWN_CONTEXT = 1 << 30  # never reported: assume it could hold the request, so the answer is "unavailable"
 
 
@@ -52,13 +54,11 @@ __all__ = [
 
 
 @dataclass(slots=True)
-class PrefixLookup:
-    """What the variants' prefix caches hold of one prompt: its block hashes per block size, and per variant the
-    cached tokens on each replica that holds any (``cached``) and on the variant's best replica for it (``best``)."""
+class PrefixLookup(PrefixMatch):
+    """A prompt's :class:`router.prefix_index.PrefixMatch`, with its block hashes per block size (what the index
+    notes, where it guesses, once the request's replica is known)."""
 
     hashes: dict[int, list[int]] = field(default_factory=dict)
-    cached: dict[str, dict[str, int]] = field(default_factory=dict)
-    best: dict[str, int] = field(default_factory=dict)
 
 
 NO_PREFIX = PrefixLookup()  # a prompt routed without looking at any cache
@@ -122,6 +122,8 @@ class RoutingTable:
         self._kv_changes_fn = kv_changes
         self._kv_cursors: dict[str, int] = {}
         self.prefix: dict[str, PrefixIndex] = {}
+        # affinity key -> (variant, replica, whole blocks of its last prompt, the last one's hash), least recent first
+        self._affinity: collections.OrderedDict[str, tuple[str, str, int, int]] = collections.OrderedDict()
         if config.router.prefix_routing:
             for v in config.variants:
                 spec = v.prefix_cache()
@@ -178,24 +180,42 @@ class RoutingTable:
         for r in replicas:
             self._kv_cursors.pop(r.replica, None)
 
-    def prefix_lookup(self, prompt_ids: Sequence[int]) -> PrefixLookup:
-        """What each variant's replicas hold of this prompt (``NO_PREFIX`` where no variant reuses blocks)."""
+    def prefix_lookup(self, prompt_ids: Sequence[int], affinity_key: str | None = None) -> PrefixLookup:
+        """What each variant's replicas hold of this prompt (``NO_PREFIX`` where no variant reuses blocks).
+
+        ``affinity_key`` (OpenAI's ``prompt_cache_key``, or the ``x-session-id`` header): where the key's previous
+        request went to a replica that is still up and this prompt starts with that request's whole prompt, the
+        replica is taken to hold it, even before its engine's report says so (the report lags the request by up
+        to a stats period and a refresh: an agent's next turn often comes sooner)."""
         if not self.prefix:
             return NO_PREFIX
         now = time.monotonic()
-        lookup = PrefixLookup()
-        prompt_tokens = len(prompt_ids)
-        for name, index in self.prefix.items():
-            size = index.block_tokens
-            hashes = lookup.hashes.get(size)
-            if hashes is None:
-                hashes = lookup.hashes[size] = block_hashes(prompt_ids, size)
-            cached = index.cached_tokens(hashes, prompt_tokens, now)
-            if not cached:
-                continue
-            lookup.cached[name] = cached
-            lookup.best[name] = best_cached(self._backlogs(name, now), cached, prompt_tokens)
+        hashes = {size: block_hashes(prompt_ids, size) for size in {i.block_tokens for i in self.prefix.values()}}
+        backlogs = lambda name: self._backlogs(name, now)  # noqa: E731  (asked of the variants holding some)
+        match = match_prompt(self.prefix, hashes, len(prompt_ids), backlogs, now)
+        lookup = PrefixLookup(cached=match.cached, best=match.best, hashes=hashes)
+        if affinity_key is not None:
+            self._apply_affinity(lookup, affinity_key, len(prompt_ids), backlogs)
         return lookup
+
+    def _apply_affinity(
+        self, lookup: PrefixLookup, key: str, prompt_tokens: int, backlogs: Callable[[str], dict[str, float]]
+    ) -> None:
+        seen = self._affinity.get(key)
+        if seen is None:
+            return
+        variant, replica, blocks, last = seen
+        index = self.prefix.get(variant)
+        hashes = lookup.hashes.get(index.block_tokens, []) if index is not None else []
+        if index is None or not 0 < blocks <= len(hashes) or hashes[blocks - 1] != last:
+            return  # not a continuation of that prompt
+        if replica not in {r.replica for r in self._snapshot.get(variant, ())}:
+            return
+        credit = min(blocks * index.block_tokens, max(prompt_tokens - 1, 0))
+        cached = lookup.cached.setdefault(variant, {})
+        if credit > cached.get(replica, 0):
+            cached[replica] = credit
+            lookup.best[variant] = best_cached(backlogs(variant), cached, prompt_tokens)
 
     def _backlogs(self, variant: str, now: float) -> dict[str, float]:
         """Each ready replica's unprefilled prompt tokens as last reported, less what it prefilled since."""
@@ -205,11 +225,20 @@ class RoutingTable:
             for r in self._snapshot.get(variant, ())
         }
 
-    def note_routed(self, variant: str, replica: str, lookup: PrefixLookup) -> None:
-        """The request went to ``replica``: where its engine reports nothing, the index assumes it holds the prompt."""
+    def note_routed(self, variant: str, replica: str, lookup: PrefixLookup, affinity_key: str | None = None) -> None:
+        """The request went to ``replica``: where its engine reports nothing, the index assumes it holds the prompt;
+        the affinity key, if any, remembers where its prompt went (``prefix_lookup``)."""
         index = self.prefix.get(variant)
-        if index is not None and not index.is_precise(replica):
-            index.note_routed(replica, lookup.hashes.get(index.block_tokens, ()), time.monotonic())
+        if index is None:
+            return
+        hashes = lookup.hashes.get(index.block_tokens, [])
+        if not index.is_precise(replica):
+            index.note_routed(replica, hashes, time.monotonic())
+        if affinity_key is not None and hashes:
+            self._affinity[affinity_key] = (variant, replica, len(hashes), hashes[-1])
+            self._affinity.move_to_end(affinity_key)
+            while len(self._affinity) > AFFINITY_KEYS:
+                self._affinity.popitem(last=False)
 
     def prefix_index_sizes(self) -> dict[str, IndexSize]:
         return {name: index.size() for name, index in self.prefix.items()}

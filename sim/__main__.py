@@ -89,6 +89,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=1,
         help="also run the sweep on N-1 reseeded draws of the traffic and report attainment and the bar over all N",
     )
+    sw.add_argument(
+        "--prefix-view",
+        choices=["reported", "oracle"],
+        default="reported",
+        help="what the router knows of the prefix caches: the replicas' reports (as the serve app), or every cache "
+        "as it is at each decision (the oracle the index is judged against)",
+    )
     sw.add_argument("--json", type=Path, default=None, help="write the capacity estimate, every run and the bar here")
     sw.add_argument("--workers", type=int, default=None, help="processes (default: one per CPU)")
 
@@ -162,6 +169,7 @@ def _sweep(args: argparse.Namespace) -> int:
             duration_s=args.duration_s,
             seeds=args.seeds,
             workers=args.workers,
+            prefix_view=args.prefix_view,
         )
     except ValueError as exc:  # e.g. a stream whose typical request no pool holds: no natural split
         print(f"sim sweep: scenario {args.scenario!r}: {exc}", file=sys.stderr)

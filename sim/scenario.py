@@ -111,6 +111,11 @@ class Scenario(BaseModel):
         "choices by ongoing requests, or 'least_prefill' (the least prompt work queued; serve_app/replica_router.py).",
     )
 
+    prefix_view: Literal["reported", "oracle"] = Field(
+        "reported",
+        description="What the router knows of the replicas' prefix caches: what they reported (as the serve app "
+        "knows it) or, 'oracle', every cache as it is at each decision (the yardstick for the index).",
+    )
     ingress_replicas: int = Field(
         1,
         ge=1,
@@ -155,6 +160,7 @@ def simulate(scenario: Scenario, policy: Setup, scaling: Scaling) -> tuple[SimRe
         seed=scenario.seed,
         replica_choice=scenario.replica_choice,
         ingress_replicas=scenario.ingress_replicas,
+        prefix_view=scenario.prefix_view,
     )
     result = sim.run(sim_requests(scenario.streams, scenario.duration_s, router), horizon_s=scenario.duration_s)
     peaks: dict[str, int] = {}

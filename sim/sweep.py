@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from router.config import Policy
+from router.config import Setup
 from sim.capacity import CapacityEstimate, estimate_capacity
 from sim.scenario import RunResult, Scenario, run_matrix
 from traffic.routing_results import QUICK_FRACTIONS, Bar, SweepPoint, bar, bar_verdict
@@ -71,10 +72,11 @@ def sweep(
     make: ScenarioMaker,
     *,
     fractions: Sequence[float] = QUICK_FRACTIONS,
-    policies: Sequence[Policy] | None = None,
+    policies: Sequence[Setup] | None = None,
     duration_s: float | None = None,
     seeds: int = 1,
     workers: int | None = None,
+    prefix_view: Literal["reported", "oracle"] = "reported",
 ) -> SimSweep:
     """Estimates the capacity of ``make``'s scenario at rate scale 1, then runs every policy at each fraction,
     on ``seeds`` draws of the traffic (:func:`reseeded`)."""
@@ -88,7 +90,7 @@ def sweep(
         for fraction in fractions:
             scale = fraction * estimate.rate_scale
             scenario = reseeded(make_scenario(make, duration_s, scale), seed)
-            update = {"policies": list(policies or base.policies), "scaling": ["static"]}
+            update = {"policies": list(policies or base.policies), "scaling": ["static"], "prefix_view": prefix_view}
             for run in run_matrix(scenario.model_copy(update=update), workers=workers):
                 rate = fraction * estimate.capacity
                 runs.append(SweepRun(fraction=fraction, rate_scale=scale, rate=rate, seed=seed, run=run))

@@ -447,3 +447,22 @@ async def test_the_index_follows_the_block_size_the_engines_report():
     assert table.prefix["llama-8b-int4"].block_tokens == 64
     assert cursors_seen[-1] == {}  # the whole cache again, at the new size
     assert table.prefix_lookup(prompt).cached == {"llama-8b-int4": {"a": 255}}
+
+
+async def test_an_affinity_key_sends_a_continuation_where_its_last_prompt_went_before_any_report():
+    from engines.kv_blocks import KvEvents
+
+    async def empty_caches(cursors):  # both engines report: precise, and nothing cached yet
+        return {r: (1, KvEvents(cleared=True)) for r in ("a", "b") if r not in cursors}
+
+    table = _emulated_table(empty_caches)
+    await table.refresh()
+    first = list(range(300, 300 + 1000))
+    lookup = table.prefix_lookup(first, "chat-1")
+    assert lookup.cached == {}
+    table.note_routed("llama-8b-int4", "b", lookup, "chat-1")
+    later = [*first, *range(500, 700)]  # the next turn resends the history
+    assert table.prefix_lookup(later, "chat-1").cached == {"llama-8b-int4": {"b": 992}}
+    assert table.prefix_lookup(later, "chat-2").cached == {}  # another key, no claim
+    other = [1, *first[1:], *range(500, 700)]  # not a continuation of that prompt: no claim either
+    assert table.prefix_lookup(other, "chat-1").cached == {}
