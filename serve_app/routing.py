@@ -26,8 +26,8 @@ from router.latency import new_latency_model
 from router.load import decode_pace
 from router.policy import missing_fields, reject_unsupported
 from router.prefix_index import IndexSize, PrefixIndex, PrefixMatch, match_prompt
-from router.replica_backlog import best_cached
 from router.redirect import RedirectedDemand, redirected_from
+from router.replica_backlog import best_cached
 from serve_app.config import AppConfig
 from serve_app.replica_router import note_reports
 from serve_app.stats_board import ReplicaReport
