@@ -173,7 +173,8 @@ def burst_requests(
         rng = lengths[stream.name]
         prompt, output = stream.workload.input_len.sample(rng), stream.workload.output_len.sample(rng)
         if stream.name in contents:
-            prompt = contents[stream.name].next(prompt, output).tokens
+            content = contents[stream.name].next(prompt, output)
+            prompt, output = content.tokens, content.output_tokens or output
         if prompt + output > context_length:
             continue
         features = RequestFeatures(prompt_tokens=prompt, max_tokens=output)

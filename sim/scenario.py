@@ -34,7 +34,7 @@ from sim.seed import router_seed
 from sim.simulator import SimResult, Simulation, SimVariant
 from sim.workload import Stream, sim_requests
 from traffic.arrivals import PoissonArrivals, SpikeArrivals
-from traffic.prefix import Conversations, SharedPrefix
+from traffic.prefix import Conversations, MooncakeRows, SharedPrefix
 from traffic.summary import Summary, summarize
 from traffic.workload import NormalLength, SloTier, WorkloadConfig
 
@@ -495,6 +495,46 @@ def conversations_scenario(duration_s: float = 300.0, rate_scale: float = 1.0) -
     )
 
 
+# The Mooncake FAST'25 trace beside the project (its README: ../shared/traces/mooncake-fast25/), or where
+# VS_MOONCAKE_TRACE points.
+MOONCAKE_TRACE = Path(
+    os.environ.get(
+        "VS_MOONCAKE_TRACE",
+        Path(__file__).resolve().parent.parent.parent
+        / "shared"
+        / "traces"
+        / "mooncake-fast25"
+        / "synthetic_trace.jsonl",
+    )
+)
+
+
+def mooncake_scenario(duration_s: float = 600.0, rate_scale: float = 1.0) -> Scenario:
+    """Ten H200s serving the Mooncake trace's rows (``MOONCAKE_TRACE``: tool and agent traffic; once the rows beyond
+    32k tokens are left out, 3,347 prompts of 9.3k tokens on average, 56% of their blocks shared with earlier rows)
+    in the trace's order at Poisson arrivals, at the standard tier: two one-GPU INT4 8B replicas and two FP8 70B TP4
+    ones, both at 32k context. ``TWO_VARIANT_BASE_RATE`` / 2 req/s times ``rate_scale``; most of the sharing comes
+    late in the trace (7.7% of the first 460 rows' blocks could hit a cache that holds everything, 56% of all), so
+    a run should cover most of it: at the capacity that takes about ten minutes."""
+    router = RouterConfig()
+    tiers = _scored_tiers(router)
+    workload = WorkloadConfig(
+        input_len=NormalLength(mean=1, std=0),  # each row says its own lengths
+        prefix=MooncakeRows(path=str(MOONCAKE_TRACE), max_context_tokens=32768),
+        tiers=[tiers["standard"]],
+    )
+    return Scenario(
+        name="mooncake: 2x 8B INT4 + 2x 70B FP8 TP4 (10 H200s) serving the Mooncake FAST'25 trace's rows up to 32k",
+        duration_s=duration_s,
+        pools=[_pool("llama-8b-int4", 2), _pool("llama-70b-fp8", 8)],
+        streams=[_steady("trace", TWO_VARIANT_BASE_RATE / 2 * rate_scale, 1, workload)],
+        router=router,
+        policies=PREFIX_SETUPS,
+        scaling=["static"],
+        replica_choice="least_prefill",
+    )
+
+
 def _fast_and_slow_pools(fast: EngineProfile) -> list[PoolSpec]:
     """The fleet of ``tiers`` and ``two_variant``: 2 one-GPU 8B INT4 replicas (``fast``) beside 8 BF16 70B
     TP2 replicas, whose decode step is ~8x longer and whose answers are better."""
@@ -551,4 +591,10 @@ SCENARIOS = {
     "two_variant": two_variant_scenario,
     "shared_prefix": shared_prefix_scenario,
     "conversations": conversations_scenario,
+    "mooncake": mooncake_scenario,  # needs MOONCAKE_TRACE
 }
+
+
+def available_scenarios() -> list[str]:
+    """The scenarios that can run here: every one, less mooncake where its trace is not on this machine."""
+    return sorted(name for name in SCENARIOS if name != "mooncake" or MOONCAKE_TRACE.is_file())

@@ -74,7 +74,8 @@ def stream_items(stream: Stream, duration_s: float) -> Iterator[SimItem]:
             yield SimItem(t, n_in, n_out, slo)
         else:
             content = contents.next(n_in, n_out)
-            yield SimItem(t, content.tokens, n_out, slo, content.segments, content.turn)
+            output = content.output_tokens or n_out
+            yield SimItem(t, content.tokens, output, slo, content.segments, content.turn)
 
 
 def stream_requests(stream: Stream, duration_s: float) -> Iterator[tuple[float, int, int, Slo]]:

@@ -11,14 +11,13 @@ them. Equal ids then give equal tokens on the bench and equal block hashes in th
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from pydantic import BaseModel, Field
 
 from traffic.segments import Segment, Segments, segment_id
 from traffic.trace import TraceRow
-from traffic.workload import RequestSpec, WorkloadConfig, trace_requests
 
 BLOCK_TOKENS = 512  # tokens of one hash_ids block in the published traces
 
@@ -94,8 +93,3 @@ class MooncakeTrace(BaseModel):
             first = rows[0].timestamp
             rows = [r for r in rows if (r.timestamp - first) / self.speedup < self.duration_s]
         return rows
-
-    def requests(self, workload: WorkloadConfig) -> Iterator[RequestSpec]:
-        """The bench's requests: the trace's times (sped up), lengths and shared blocks as token ids, with
-        ``workload``'s SLO and token ids (``sim.workload.mooncake_sim_requests`` gives the simulator's)."""
-        return trace_requests(workload, self.rows(), self.speedup)

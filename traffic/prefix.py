@@ -16,6 +16,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
 
+from traffic.mooncake import load_mooncake
 from traffic.segments import Segments, segment_id
 
 
@@ -58,7 +59,19 @@ class Conversations(BaseModel):
     )
 
 
-PrefixSpec = Annotated[SharedPrefix | Conversations, Field(discriminator="kind")]
+class MooncakeRows(BaseModel):
+    """The prompts and answer lengths of a Mooncake trace's rows (``traffic.mooncake``), in the trace's order, at the
+    stream's own arrivals: its prefix sharing and multi-turn order at any rate (the published traces' arrivals are
+    Poisson already). ``input_len`` and ``output_len`` are not drawn from: each row says its own."""
+
+    kind: Literal["mooncake"] = "mooncake"
+    path: str = Field(description="The trace file, e.g. ../shared/traces/mooncake-fast25/synthetic_trace.jsonl.")
+    max_context_tokens: int = Field(
+        ge=2, description="Rows whose prompt + answer exceed it are left out (the largest context of the fleet)."
+    )
+
+
+PrefixSpec = Annotated[SharedPrefix | Conversations | MooncakeRows, Field(discriminator="kind")]
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +80,7 @@ class PromptContent:
 
     segments: Segments
     turn: int = 0
+    output_tokens: int | None = None  # the answer's length where the content says it (a trace row); else drawn
 
     @property
     def tokens(self) -> int:
@@ -142,19 +156,60 @@ class _ConversationComposer(PromptComposer):
         return content
 
 
-def composer(spec: SharedPrefix | Conversations, seed: int) -> PromptComposer:
+class _MooncakeComposer(PromptComposer):
+    def __init__(self, spec: MooncakeRows) -> None:
+        self.spec = spec
+        self.rows = _mooncake_rows(spec.path, spec.max_context_tokens)
+        self.index = 0
+
+    def next(self, input_tokens: int, output_tokens: int) -> PromptContent:
+        # Past the trace's end it starts over in another namespace: the same shapes, none of its blocks shared.
+        lap, at = divmod(self.index, len(self.rows))
+        self.index += 1
+        segments, output = self.rows[at]
+        if lap:
+            segments = tuple((segment_id("mooncake_lap", lap, seg), n) for seg, n in segments)
+        return PromptContent(segments, output_tokens=output)
+
+
+_MOONCAKE_ROWS: dict[tuple[str, int], list[tuple[Segments, int]]] = {}
+
+
+def _mooncake_rows(path: str, max_context_tokens: int) -> list[tuple[Segments, int]]:
+    """The trace's (segments, answer length) that fit, read once per process."""
+    key = (path, max_context_tokens)
+    if key not in _MOONCAKE_ROWS:
+        rows = [
+            (r.segments, r.output_tokens)
+            for r in load_mooncake(path)
+            if r.input_tokens + r.output_tokens <= max_context_tokens
+        ]
+        if not rows:
+            raise ValueError(f"{path}: no row fits {max_context_tokens} tokens")
+        _MOONCAKE_ROWS[key] = rows
+    return _MOONCAKE_ROWS[key]
+
+
+def composer(spec: SharedPrefix | Conversations | MooncakeRows, seed: int) -> PromptComposer:
     """The composer of ``spec`` for a workload seeded by ``seed``: a fresh one gives the same prompts again."""
     if isinstance(spec, SharedPrefix):
         return _SharedPrefixComposer(spec, seed)
+    if isinstance(spec, MooncakeRows):
+        return _MooncakeComposer(spec)
     return _ConversationComposer(spec, seed)
 
 
-def mean_prompt_tokens(spec: SharedPrefix | Conversations | None, mean_input: float, mean_output: float) -> float:
+def mean_prompt_tokens(
+    spec: SharedPrefix | Conversations | MooncakeRows | None, mean_input: float, mean_output: float
+) -> float:
     """The mean prompt of a workload whose own part (question, user message) averages ``mean_input`` tokens and
     whose answers ``mean_output``: what a capacity estimate that caches nothing must prefill per request."""
     if spec is None:
         return mean_input
     if isinstance(spec, SharedPrefix):
         return spec.prefix_tokens + mean_input
+    if isinstance(spec, MooncakeRows):
+        rows = _mooncake_rows(spec.path, spec.max_context_tokens)
+        return sum(sum(n for _, n in segments) for segments, _ in rows) / len(rows)
     # Turn t (from 0) resends t earlier messages and answers: (turns - 1) / 2 of them on average.
     return mean_input + (spec.turns - 1) / 2 * (mean_input + mean_output)

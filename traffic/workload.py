@@ -15,6 +15,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, Field, model_validator
 
 from traffic import arrivals
+from traffic.mooncake import MooncakeTrace
 from traffic.prefix import PrefixSpec, composer
 from traffic.segments import Segments, segment_token_ids
 from traffic.trace import TraceRow
@@ -282,7 +283,7 @@ def build_requests(cfg: WorkloadConfig, send_times: Iterable[float | None]) -> I
             send_at=send_at,
             prompt=segment_token_ids(content.segments, cfg.token_id_range),
             prompt_tokens=content.tokens,
-            max_tokens=n_out,
+            max_tokens=content.output_tokens or n_out,
             slo=slo,
             segments=content.segments,
             turn=content.turn,
@@ -314,3 +315,9 @@ def trace_requests(cfg: WorkloadConfig, rows: Sequence[TraceRow], speedup: float
             slo=cfg.slo_for_tier(row.tier),
             segments=row.segments,
         )
+
+
+def mooncake_requests(trace: MooncakeTrace, workload: WorkloadConfig) -> Iterator[RequestSpec]:
+    """The bench's requests of a Mooncake trace: its times (sped up), lengths and shared blocks as token ids, with
+    ``workload``'s SLO and token ids (``sim.workload.mooncake_sim_requests`` gives the simulator's)."""
+    return trace_requests(workload, trace.rows(), trace.speedup)

@@ -16,7 +16,7 @@ from sim.capacity import (
     split_capacity,
     stream_rate,
 )
-from sim.scenario import SCENARIOS, PoolSpec, Scenario, two_variant_scenario
+from sim.scenario import SCENARIOS, PoolSpec, Scenario, available_scenarios, two_variant_scenario
 from sim.simulator import Simulation
 from sim.workload import Stream
 from tests.sim.helpers import profile
@@ -59,7 +59,7 @@ def _pool(name: str, context: int, quality: float, gpus: int = 1) -> PoolSpec:
     return PoolSpec(name=name, profile=profile(context_length=context), gpus=gpus, quality=quality)
 
 
-@pytest.mark.parametrize("name", sorted(SCENARIOS))
+@pytest.mark.parametrize("name", available_scenarios())
 def test_the_split_of_every_scenario_is_what_length_threshold_picks_for_a_typical_request(name):
     scenario = SCENARIOS[name]()
     split = natural_split(scenario)
@@ -172,7 +172,7 @@ def test_eight_waves_are_within_five_percent_of_sixteen_and_err_low():
     assert 0.95 * sixteen.capacity < eight.capacity <= sixteen.capacity
 
 
-@pytest.mark.parametrize("name", sorted(SCENARIOS))
+@pytest.mark.parametrize("name", available_scenarios())
 def test_every_scenario_has_an_estimate(name):
     estimate = estimate_capacity(SCENARIOS[name](duration_s=60.0))
     assert estimate.capacity > 0

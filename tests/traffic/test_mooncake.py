@@ -16,7 +16,7 @@ from sim.workload import mooncake_sim_requests
 from traffic.ideal_cache import ideal_prefix_hits
 from traffic.mooncake import BLOCK_TOKENS, MooncakeTrace, load_mooncake, row_segments
 from traffic.segments import segment_block_hashes, segment_id, segment_token_ids
-from traffic.workload import WorkloadConfig
+from traffic.workload import WorkloadConfig, mooncake_requests
 
 FIXTURE = Path(__file__).parent / "data" / "mooncake_rows.jsonl"
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,7 +73,7 @@ def test_speedup_and_limits():
     assert len(trace.model_copy(update={"max_rows": 3}).rows()) == 3
     # The fixture's rows span 3.437 s to 86.164 s; at 2x, 10 replayed seconds hold the first 20 recorded ones.
     assert len(trace.model_copy(update={"duration_s": 10.0}).rows()) == 5
-    specs = list(trace.requests(WorkloadConfig(slo_ttft_ms=2000)))
+    specs = list(mooncake_requests(trace, WorkloadConfig(slo_ttft_ms=2000)))
     assert [s.send_at for s in specs][:2] == [0.0, pytest.approx((16.669 - 3.437) / 2)]
     assert all(s.slo.ttft_ms == 2000 and s.prompt_tokens == len(s.prompt) for s in specs)
     assert specs[4].prompt == specs[0].prompt
@@ -82,7 +82,7 @@ def test_speedup_and_limits():
 def test_the_bench_and_the_simulator_replay_the_same_requests():
     trace = MooncakeTrace(path=FIXTURE, speedup=4.0)
     workload = WorkloadConfig(slo_ttft_ms=2000, token_id_range=(1000, 30000))
-    bench = list(trace.requests(workload))
+    bench = list(mooncake_requests(trace, workload))
     sim = list(mooncake_sim_requests(trace, workload, RouterConfig()))
     assert [(b.send_at, b.prompt_tokens, b.max_tokens, b.segments) for b in bench] == [
         (r.arrival_s, r.prompt_tokens, r.max_tokens, r.segments) for r in sim
@@ -93,7 +93,7 @@ def test_the_bench_and_the_simulator_replay_the_same_requests():
 
 def test_text_prompts_are_refused():
     with pytest.raises(ValueError, match="token_ids"):
-        list(MooncakeTrace(path=FIXTURE).requests(WorkloadConfig(prompt_mode="text")))
+        list(mooncake_requests(MooncakeTrace(path=FIXTURE), WorkloadConfig(prompt_mode="text")))
 
 
 @pytest.mark.skipif(REAL is None, reason="the Mooncake trace is not on this machine (../shared/traces)")
