@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import copy
+import dataclasses
 import json
 import os
 import shlex
@@ -49,6 +50,7 @@ from router.config import SETUPS, RouterConfig, SLOTier
 from sim.scenario import SCENARIOS
 from traffic.arrivals import PoissonArrivals, arrival_times
 from traffic.mix import MixConfig, mean_length, mixed_requests, routing_mix, slo_window_s
+from traffic.prefix import SharedPrefix
 from traffic.records import RequestRecord, read_jsonl, write_jsonl
 from traffic.report import machine_info
 from traffic.routing_results import (
@@ -62,6 +64,7 @@ from traffic.routing_results import (
     interference_table,
     markdown_table,
     prediction_table,
+    prefix_table,
     reasons_table,
     steady_attainment,
     sweep_point,
@@ -130,6 +133,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--interactive-share", type=float, default=0.75, help="share of short interactive requests")
     p.add_argument("--long-tier", default="standard", help="SLO tier of the long prompts")
     p.add_argument(
+        "--shared-prefix",
+        type=_shared_prefix,
+        default=None,
+        metavar="GROUPS:TOKENS",
+        help="the long prompts start with one of GROUPS shared prefixes of TOKENS tokens (their own part keeps the "
+        "long class's length); each policy gets prefixes of its own, so that on the shared engines no policy "
+        "finds another's in the cache",
+    )
+    p.add_argument(
         "--no-profile",
         dest="profile",
         action="store_false",
@@ -151,6 +163,27 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 # ---------------------------------------------------------------------- pure helpers
+
+
+def _shared_prefix(text: str) -> SharedPrefix:
+    groups, _, tokens = text.partition(":")
+    try:
+        return SharedPrefix(groups=int(groups), prefix_tokens=int(tokens))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"--shared-prefix {text!r}: GROUPS:TOKENS, two positive integers") from exc
+
+
+def with_shared_prefix(mix: MixConfig, prefix: SharedPrefix | None, content_seed: int) -> MixConfig:
+    """``mix`` with its long class's prompts starting with ``prefix``'s groups, their content seeded apart."""
+    if prefix is None:
+        return mix
+    classes = [
+        c.model_copy(update={"prefix": prefix.model_copy(update={"content_seed": content_seed})})
+        if c.name == "long"
+        else c
+        for c in mix.classes
+    ]
+    return mix.model_copy(update={"classes": classes})
 
 
 def app_args_from_file(path: Path, app_name: str | None = None) -> dict[str, Any]:
@@ -256,6 +289,11 @@ def render_report(sweep: RoutingSweep, variants: list[str], tiers: list[str], pl
         "",
         prediction_table(sweep.points),
         "",
+        *(
+            ["## Prefix caches", "", prefix_table([(p.policy, p.rate, p.summary) for p in sweep.points]), ""]
+            if any(p.summary.prefix_hit_rate is not None for p in sweep.points)
+            else []
+        ),
         f"![attainment and goodput vs rate]({plot})",
         "",
     ]
@@ -415,9 +453,11 @@ def run(args: argparse.Namespace) -> int:
         # Rate by rate, every policy in turn: on a shared machine a slow spell then hurts one point of
         # several policies rather than every point of one.
         for i, rate in enumerate(rates):
-            for policy, name in names.items():
+            for k, (policy, name) in enumerate(names.items()):
                 url = f"{base_url}/{name}"
-                records = asyncio.run(drive_point(url, target, rate, duration_s, args.seed + i))
+                mix_k = with_shared_prefix(target.mix, args.shared_prefix, content_seed=1000 * i + k)
+                policy_target = dataclasses.replace(target, mix=mix_k)
+                records = asyncio.run(drive_point(url, policy_target, rate, duration_s, args.seed + i))
                 write_jsonl(records, out / policy / f"rate-{rate:g}" / "records.jsonl")
                 point = sweep_point(
                     policy, rate, records, long_prompt_tokens=shortest, qualities=qualities, duration_s=duration_s

@@ -38,7 +38,7 @@ from sim.capacity import CapacityEstimate, estimate_capacity
 from sim.scenario import SCENARIOS, Scenario, simulate
 from traffic.records import RequestRecord, write_jsonl
 from traffic.report import machine_info
-from traffic.routing_results import STEADY_FROM, Bar, SweepPoint, bar, bar_verdict, sweep_point
+from traffic.routing_results import STEADY_FROM, Bar, SweepPoint, bar, bar_verdict, prefix_table, sweep_point
 from traffic.summary import Summary
 
 BASE_APP = "fleet"
@@ -155,6 +155,20 @@ def render(sweep: FleetSweep, tiers: list[str]) -> str:
             "",
             f"**Agreement:** {agreement}",
             "",
+            *(
+                [
+                    "## Prefix caches, real stack",
+                    "",
+                    prefix_table([(p.real.policy, p.real.rate, p.real.summary) for p in sweep.points]),
+                    "",
+                    "## Prefix caches, simulator",
+                    "",
+                    prefix_table([(p.sim.policy, p.sim.rate, p.sim.summary) for p in sweep.points]),
+                    "",
+                ]
+                if any(p.real.summary.prefix_hit_rate is not None for p in sweep.points)
+                else []
+            ),
         ]
     )
 

@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field
 from router.config import Setup
 from sim.capacity import CapacityEstimate, estimate_capacity
 from sim.scenario import RunResult, Scenario, run_matrix
-from traffic.routing_results import QUICK_FRACTIONS, Bar, SweepPoint, bar, bar_verdict
+from traffic.routing_results import QUICK_FRACTIONS, Bar, SweepPoint, bar, bar_verdict, prefix_table
 
 ScenarioMaker = Callable[..., Scenario]  # sim.scenario.SCENARIOS' functions: (duration_s, rate_scale)
 
@@ -193,34 +193,9 @@ def runs_table(runs: Sequence[SweepRun]) -> str:
     return "\n".join(lines)
 
 
-def prefix_table(runs: Sequence[SweepRun]) -> str:
-    """Where the engines reused prompt blocks: per (policy, rate) the TTFT percentiles (of later conversation turns
-    too, where there are turns), output tokens per second, the prefix hit rate and the prompt tokens computed."""
-    turns = any(r.run.summary.later_turns_ttft_ms is not None for r in runs)
-    head = ["policy", "rate (req/s)", "TTFT p50 / p90 / p99 (ms)"]
-    head += ["later turns' TTFT p50 (ms)"] if turns else []
-    head += ["output tokens/s", "prefix hit rate", "prompt tokens computed"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---:" if i else "---" for i in range(len(head))) + "|"]
-    order = {p: i for i, p in enumerate(dict.fromkeys(r.run.policy for r in runs))}
-    for r in sorted(runs, key=lambda r: (order[r.run.policy], r.rate)):
-        s = r.run.summary
-        t = s.ttft_ms
-        cells = [r.run.policy, f"{r.rate:.2f}", f"{_num0(t.p50)} / {_num0(t.p90)} / {_num0(t.p99)}"]
-        if turns:
-            later = s.later_turns_ttft_ms
-            cells.append(_num0(None if later is None else later.p50))
-        hit = "-" if s.prefix_hit_rate is None else f"{s.prefix_hit_rate:.1%}"
-        cells += [f"{s.output_tokens_per_s:.0f}", hit, f"{s.prefill_tokens:,}"]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def _num0(value: float | None) -> str:
-    return "-" if value is None else f"{value:.0f}"
-
-
 def render_sweep(result: SimSweep) -> str:
     e = result.capacity
+    first = [r for r in result.runs if r.seed == 0]
     return "\n".join(
         [
             f"# {result.scenario}",
@@ -235,9 +210,14 @@ def render_sweep(result: SimSweep) -> str:
             "",
             f"## Every policy, static pools, {result.duration_s:g} s of traffic per run",
             "",
-            runs_table([r for r in result.runs if r.seed == 0]),
+            runs_table(first),
             *(
-                ["", "## Prefix caches", "", prefix_table([r for r in result.runs if r.seed == 0])]
+                [
+                    "",
+                    "## Prefix caches",
+                    "",
+                    prefix_table([(r.run.policy, r.rate, r.run.summary) for r in first]),
+                ]
                 if any(r.run.summary.prefix_hit_rate is not None for r in result.runs)
                 else []
             ),

@@ -15,6 +15,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from pydantic import BaseModel, Field, model_validator
 
 from router.config import SLOTier
+from traffic.prefix import SharedPrefix, composer
+from traffic.segments import segment_token_ids
 from traffic.workload import FixedLength, LengthDist, RequestSpec, Slo, UniformLength, make_prompt
 
 
@@ -26,6 +28,9 @@ class RequestClass(BaseModel):
     input_len: LengthDist = Field(description="Prompt length in tokens (exact: prompts are token ids).")
     output_len: LengthDist = Field(description="max_tokens of each request (ignore_eos makes it exact).")
     tier: str = Field(min_length=1, description="SLO tier sent as x-slo-tier; the server owns its targets.")
+    prefix: SharedPrefix | None = Field(
+        None, description="Prompts of this class start with one of its groups' shared prefixes (traffic.prefix)."
+    )
 
 
 class MixConfig(BaseModel):
@@ -99,16 +104,22 @@ def mixed_requests(
     lengths = random.Random(f"{mix.seed}:lengths")
     prompts = random.Random(f"{mix.seed}:prompts")
     weights = [c.weight for c in mix.classes]
+    contents = {c.name: composer(c.prefix, mix.seed) for c in mix.classes if c.prefix is not None}
     for index, send_at in enumerate(send_times):
         cls = picks.choices(mix.classes, weights=weights)[0]
         n_in = cls.input_len.sample(lengths)
+        n_out = cls.output_len.sample(lengths)
+        content = contents[cls.name].next(n_in, n_out) if cls.name in contents else None
         yield RequestSpec(
             index=index,
             send_at=send_at,
-            prompt=make_prompt(n_in, "token_ids", mix.token_id_range, prompts),
-            prompt_tokens=n_in,
-            max_tokens=cls.output_len.sample(lengths),
+            prompt=make_prompt(n_in, "token_ids", mix.token_id_range, prompts)
+            if content is None
+            else segment_token_ids(content.segments, mix.token_id_range),
+            prompt_tokens=n_in if content is None else content.tokens,
+            max_tokens=n_out,
             slo=slos[cls.name],
+            segments=() if content is None else content.segments,
         )
 
 

@@ -276,3 +276,25 @@ def prediction_table(points: Sequence[SweepPoint]) -> str:
 
 def _ratio(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
+
+
+def prefix_table(rows: Sequence[tuple[str, float, Summary]]) -> str:
+    """Where the engines reused prompt blocks: per (policy, rate, summary) the TTFT percentiles (of later
+    conversation turns too, where there are turns), output tokens per second, the prefix hit rate and the prompt
+    tokens computed; policies in the order given, rates ascending."""
+    turns = any(s.later_turns_ttft_ms is not None for _, _, s in rows)
+    head = ["policy", "rate (req/s)", "TTFT p50 / p90 / p99 (ms)"]
+    head += ["later turns' TTFT p50 (ms)"] if turns else []
+    head += ["output tokens/s", "prefix hit rate", "prompt tokens computed"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---:" if i else "---" for i in range(len(head))) + "|"]
+    order = {policy: i for i, policy in enumerate(dict.fromkeys(policy for policy, _, _ in rows))}
+    for policy, rate, s in sorted(rows, key=lambda row: (order[row[0]], row[1])):
+        t = s.ttft_ms
+        cells = [policy, f"{rate:.2f}", f"{_ms(t.p50)} / {_ms(t.p90)} / {_ms(t.p99)}"]
+        if turns:
+            later = s.later_turns_ttft_ms
+            cells.append(_ms(None if later is None else later.p50))
+        hit = "-" if s.prefix_hit_rate is None else f"{s.prefix_hit_rate:.1%}"
+        cells += [f"{s.output_tokens_per_s:.0f}", hit, f"{s.prefill_tokens:,}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
