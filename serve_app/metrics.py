@@ -49,6 +49,9 @@ METRIC_NAMES = (
     "vs_engine_kv_used_fraction",
     "vs_engine_tokens_per_s",
     "vs_engine_recent_tpot_ms",
+    "vs_engine_prefix_cached_tokens_total",
+    "vs_engine_prefix_prompt_tokens_total",
+    "vs_engine_prefix_cached_blocks",
 )
 
 
