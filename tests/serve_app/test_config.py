@@ -624,3 +624,18 @@ def test_emulated_configs_are_valid_and_need_no_gpu(path: Path):
     config = load_config_file(path)
     assert any(v.engine.backend == "emulated" for v in config.variants)
     assert all(v.resources.num_gpus == 0 for v in config.variants)
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "configs").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_config_in_configs_validates(path: Path):
+    assert load_config_file(path).variants
+
+
+def test_the_gpu_prefix_config_shares_one_gpu_between_two_replicas_whose_cache_holds_less_than_the_groups():
+    config = load_config_file(ROOT / "configs" / "gpu-hf-prefix.yaml")
+    (variant,) = config.variants
+    engine: Any = variant.engine
+    assert (variant.num_replicas, variant.resources.num_gpus) == (2, 0.5)
+    assert variant.prefix_cache() == (16, True)  # transformers' 16-token blocks, reported by the engine
+    # The bench's 32 groups of 3,072 tokens outgrow one replica's KV blocks (bench/device/run_prefix_hf.sh).
+    assert engine.num_blocks * engine.page_size < 32 * 3072
