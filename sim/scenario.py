@@ -444,15 +444,31 @@ def shared_prefix_scenario(duration_s: float = 300.0, rate_scale: float = 1.0) -
     grouped = _rag(NormalLength(mean=400, std=200, low=32, high=1500), [tiers["standard"]]).model_copy(
         update={"prefix": SharedPrefix(groups=SHARED_PREFIX_GROUPS, prefix_tokens=SHARED_PREFIX_TOKENS)}
     )
+    name = (
+        f"shared_prefix: the two_variant fleet; short interactive chat beside {SHARED_PREFIX_GROUPS} groups sharing "
+        f"{SHARED_PREFIX_TOKENS}-token prompts"
+    )
+    return _on_two_variant_fleet(name, duration_s, rate_scale, router, ("short", short), ("grouped", grouped))
+
+
+def _on_two_variant_fleet(
+    name: str,
+    duration_s: float,
+    rate_scale: float,
+    router: RouterConfig,
+    interactive: tuple[str, WorkloadConfig],
+    standard: tuple[str, WorkloadConfig],
+) -> Scenario:
+    """The two_variant fleet and its 3:1 split of ``TWO_VARIANT_BASE_RATE`` x ``rate_scale`` req/s between an
+    interactive and a standard stream, for the setups that see the prefix caches and those that do not."""
     rate = TWO_VARIANT_BASE_RATE * rate_scale
     return Scenario(
-        name=f"shared_prefix: the two_variant fleet; short interactive chat beside {SHARED_PREFIX_GROUPS} groups "
-        f"sharing {SHARED_PREFIX_TOKENS}-token prompts",
+        name=name,
         duration_s=duration_s,
         pools=_fast_and_slow_pools(_SHORT_8B),
         streams=[
-            _steady("short", TWO_VARIANT_SHORT_SHARE * rate, 1, short),
-            _steady("grouped", (1.0 - TWO_VARIANT_SHORT_SHARE) * rate, 2, grouped),
+            _steady(interactive[0], TWO_VARIANT_SHORT_SHARE * rate, 1, interactive[1]),
+            _steady(standard[0], (1.0 - TWO_VARIANT_SHORT_SHARE) * rate, 2, standard[1]),
         ],
         router=router,
         policies=PREFIX_SETUPS,
@@ -478,21 +494,8 @@ def conversations_scenario(duration_s: float = 300.0, rate_scale: float = 1.0) -
         prefix=Conversations(conversations=CONVERSATIONS, turns=CONVERSATION_TURNS, pick="random"),
     )
     long = _rag(NormalLength(mean=4000, std=2000, low=1500, high=16000), [tiers["standard"]])
-    rate = TWO_VARIANT_BASE_RATE * rate_scale
-    return Scenario(
-        name=f"conversations: the two_variant fleet; {CONVERSATIONS} chats of {CONVERSATION_TURNS} turns beside "
-        "long RAG prompts",
-        duration_s=duration_s,
-        pools=_fast_and_slow_pools(_SHORT_8B),
-        streams=[
-            _steady("chat", TWO_VARIANT_SHORT_SHARE * rate, 1, chat),
-            _steady("long", (1.0 - TWO_VARIANT_SHORT_SHARE) * rate, 2, long),
-        ],
-        router=router,
-        policies=PREFIX_SETUPS,
-        scaling=["static"],
-        replica_choice="least_prefill",
-    )
+    name = f"conversations: the two_variant fleet; {CONVERSATIONS} chats of {CONVERSATION_TURNS} turns beside long RAG"
+    return _on_two_variant_fleet(name, duration_s, rate_scale, router, ("chat", chat), ("long", long))
 
 
 # The Mooncake FAST'25 trace beside the project (its README: ../shared/traces/mooncake-fast25/), or where
