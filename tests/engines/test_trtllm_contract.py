@@ -454,19 +454,7 @@ async def test_shutdown_ends_open_streams_with_engine_dead_contract(fake_trtllm,
 
 
 async def test_prebuilt_engine_dir_uses_the_legacy_backend_contract(fake_trtllm, tmp_path):
-    (tmp_path / "config.json").write_text(
-        json.dumps(
-            {
-                "pretrained_config": {
-                    "dtype": "float16",
-                    "num_attention_heads": 8,
-                    "mapping": {"world_size": 1, "tp_size": 1},
-                    "quantization": {"quant_algo": None},
-                },
-                "build_config": {"max_seq_len": 2048, "max_batch_size": 16},
-            }
-        )
-    )
+    _prebuilt_engine_dir(tmp_path, {"max_seq_len": 2048, "max_batch_size": 16})
     engine = await started(config(tmp_path, dtype="float16"))
     (llm,) = fake_trtllm.LLM.instances
     assert type(llm).__name__ == "TrtLLM"
@@ -781,19 +769,7 @@ def test_events_without_block_reuse_are_refused_at_deploy_time(hf_checkpoint):
 
 
 async def test_a_prebuilt_engines_block_size_is_its_builds_contract(fake_trtllm, tmp_path):
-    (tmp_path / "config.json").write_text(
-        json.dumps(
-            {
-                "pretrained_config": {
-                    "dtype": "float16",
-                    "num_attention_heads": 8,
-                    "mapping": {"world_size": 1, "tp_size": 1},
-                    "quantization": {"quant_algo": None},
-                },
-                "build_config": {"max_seq_len": 2048, "plugin_config": {"tokens_per_block": 64}},
-            }
-        )
-    )
+    _prebuilt_engine_dir(tmp_path, {"max_seq_len": 2048, "plugin_config": {"tokens_per_block": 64}})
     engine = await started(config(tmp_path, dtype="float16"))
     (llm,) = fake_trtllm.LLM.instances
     assert llm.kwargs["kv_cache_config"].event_buffer_max_size == 2048
@@ -816,3 +792,14 @@ def test_a_kv_cache_config_without_tokens_per_block_gets_none():
     OlderKvCacheConfig(**kwargs)
     with pytest.raises(EngineConfigError, match="tokens_per_block"):
         kv_cache_kwargs(KvCacheSettings(tokens_per_block=64), "pytorch", OlderKvCacheConfig)
+
+
+def _prebuilt_engine_dir(path, build_config: dict) -> None:
+    """A trtllm-build output directory's config.json: a one-GPU fp16 engine with ``build_config``."""
+    pretrained = {
+        "dtype": "float16",
+        "num_attention_heads": 8,
+        "mapping": {"world_size": 1, "tp_size": 1},
+        "quantization": {"quant_algo": None},
+    }
+    (path / "config.json").write_text(json.dumps({"pretrained_config": pretrained, "build_config": build_config}))
