@@ -519,6 +519,8 @@ def mooncake_scenario(duration_s: float = 600.0, rate_scale: float = 1.0) -> Sce
     ones, both at 32k context. ``TWO_VARIANT_BASE_RATE`` / 2 req/s times ``rate_scale``; most of the sharing comes
     late in the trace (7.7% of the first 460 rows' blocks could hit a cache that holds everything, 56% of all), so
     a run should cover most of it: at the capacity that takes about ten minutes."""
+    if not MOONCAKE_TRACE.is_file():
+        raise ValueError(f"the Mooncake trace is not at {MOONCAKE_TRACE}: set VS_MOONCAKE_TRACE to its path")
     router = RouterConfig()
     tiers = _scored_tiers(router)
     workload = WorkloadConfig(
