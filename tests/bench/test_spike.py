@@ -185,7 +185,7 @@ def test_a_rescore_joins_modes_recorded_in_separate_runs_and_fits_the_start_queu
 
     from bench.__main__ import main
 
-    recorded = Path(__file__).parents[2] / "results" / "spike" / "step"
+    recorded = Path(__file__).parent / "data" / "spike-step"  # a real step run's records, kept as test data
     out = tmp_path / "step"
     for mode in MODES:
         shutil.copytree(recorded / mode, out / mode)
