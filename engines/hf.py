@@ -32,7 +32,7 @@ from typing import Any
 from core.errors import EngineConfigError, EngineDeadError, OverloadedError
 from engines.coalesce import coalesce, interval_s
 from engines.config import HFEngineConfig
-from engines.kv_blocks import ROOT_HASH, KvEvents
+from engines.kv_blocks import ROOT_HASH, KvEvents, chain_hash
 from engines.output import OutputStream, stop_token_ids
 from engines.protocol import (
     FINISH_ABORT,
@@ -473,7 +473,7 @@ class _KvBlockIndex:
         while start + block <= len(tail):
             tokens = tail[start : start + block]
             chain.engine_parent = engine_hash(chain.engine_parent, tokens)
-            chain.our_parent = hash((chain.our_parent, tuple(tokens)))  # engines.kv_blocks.block_hashes
+            chain.our_parent = chain_hash(chain.our_parent, tokens)
             names[chain.engine_parent] = chain.our_parent
             chain.hashes.append(chain.engine_parent)
             start += block

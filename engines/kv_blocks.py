@@ -23,12 +23,17 @@ from dataclasses import dataclass, field
 ROOT_HASH = 0  # the parent of a prompt's first block
 
 
+def chain_hash(parent: int, block: Sequence[int]) -> int:
+    """The hash of one whole block of tokens after the block whose hash is ``parent``."""
+    return hash((parent, tuple(block)))
+
+
 def block_hashes(token_ids: Sequence[int], block_tokens: int, parent: int = ROOT_HASH) -> list[int]:
     """The chained hashes of the whole ``block_tokens`` blocks of ``token_ids`` (a partial tail has none)."""
     out: list[int] = []
     h = parent
     for start in range(0, len(token_ids) - block_tokens + 1, block_tokens):
-        h = hash((h, tuple(token_ids[start : start + block_tokens])))
+        h = chain_hash(h, token_ids[start : start + block_tokens])
         out.append(h)
     return out
 
