@@ -14,7 +14,7 @@ Each is a dict written by ``KVCacheEventSerializer.to_json_str`` (``tensorrt_llm
 
 TensorRT-LLM's block hash is its own function of the tokens (and of LoRA ids, cache salts, multimodal keys), which
 the router cannot compute from a prompt. A stored block carries its tokens, so each block is renamed here to our
-chained hash (:func:`engines.kv_blocks.chain_hash`, as :func:`~engines.kv_blocks.block_hashes` names a prompt's blocks), with the parent
+chained hash (:func:`engines.kv_blocks.chain_hash`, as ``block_hashes`` names a prompt's blocks), with the parent
 named through the same map; the router hashes a prompt the same way and the names meet. The map holds exactly the
 blocks the engine holds now (a removed block is forgotten), so it is bounded by the KV cache's size.
 
