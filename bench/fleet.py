@@ -16,12 +16,12 @@ simulator runs the same scaled scenario.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
 from typing import Any
 
 from router.config import RouterConfig
 from sim.scenario import PoolSpec, Scenario
 from sim.seed import router_seed
+from sim.sweep import ScenarioMaker, make_scenario
 from sim.workload import sim_requests
 from traffic.segments import segment_token_ids
 from traffic.workload import RequestSpec, make_prompt
@@ -29,24 +29,10 @@ from traffic.workload import RequestSpec, make_prompt
 TOKENIZER = "builtin:tiny"  # the emulated engines stream its ids; prompts are drawn from its plain tokens
 TOKEN_ID_RANGE = (256, 500)
 
-ScenarioMaker = Callable[..., Scenario]  # sim.scenario.SCENARIOS' functions: (duration_s, rate_scale)
-
-
-def scaled_pools(pools: list[PoolSpec], fleet_scale: float) -> list[PoolSpec]:
-    """Each pool with ``fleet_scale`` of its replicas (at least one), GPUs to match."""
-    if fleet_scale <= 0:
-        raise ValueError("fleet_scale must be > 0")
-    out = []
-    for pool in pools:
-        replicas = max(1, round(pool.pool_replicas * fleet_scale))
-        out.append(pool.model_copy(update={"gpus": replicas * pool.engine_profile().gpus_per_replica}))
-    return out
-
 
 def fleet_scenario(make: ScenarioMaker, duration_s: float, rate_scale: float, fleet_scale: float) -> Scenario:
     """``make``'s scenario at ``rate_scale`` with its fleet and its traffic both scaled by ``fleet_scale``."""
-    scenario = make(duration_s, rate_scale * fleet_scale)
-    return scenario.model_copy(update={"pools": scaled_pools(scenario.pools, fleet_scale)})
+    return make_scenario(make, duration_s, rate_scale, fleet_scale)
 
 
 def variant_args(pool: PoolSpec, replica_choice: str = "least_prefill") -> dict[str, Any]:

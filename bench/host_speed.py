@@ -1,6 +1,6 @@
 """How fast this host runs plain Python at the moment: a yardstick for runs compared across an hour or a day.
 
-The 2-core machine's speed drifts (its neighbours, its host's clock): session 19's interleaved A/B ran about 20%
+The 2-core machine's speed drifts (its neighbours, its host's clock): one interleaved A/B ran about 20%
 more CPU per token in its second pair, on both trees alike, in every process. A run that records how long a fixed
 pure-Python workload takes, while nothing else of the bench runs, shows such an hour in its own JSON instead of
 leaving the reader to infer it from the numbers it is meant to judge.

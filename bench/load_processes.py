@@ -2,7 +2,7 @@
 
 Why: one Python process spends about 1.3 ms of CPU to start a streamed request (a new httpx client and its
 connection, the request, the SSE reader; 0.6-0.8 ms on a kept connection), measured on this project's 2-core CPU
-against a server that answers at once (docs/streaming.md, session 24). A closed loop's first round starts every
+against a server that answers at once (docs/streaming.md). A closed loop's first round starts every
 stream at the same moment, so with 256 streams the last request leaves some 0.2-0.3 s after the first: that wait
 is inside its measured TTFT and the level's tokens/s, though the engine alone (bench overhead's direct path) pays
 none of it -- the load generator would be part of what it measures. Split over N processes, each starts its share
@@ -34,9 +34,9 @@ from engines.process import main_module_hidden
 from traffic.records import RequestRecord
 from traffic.workload import RequestSpec
 
-# Streams one process starts in a burst without its own cost being what a level measures (docs/streaming.md,
-# session 24): at 64 a burst costs the client ~0.1 s on this project's CPU, the TTFT bar at 64 streams is met with
-# room, and a process then relays ~1,500 messages a second at a quarter of a core.
+# Streams one process starts in a burst without its own cost being what a level measures (docs/streaming.md):
+# at 64 a burst costs the client ~0.1 s on this project's CPU, the TTFT target at 64 streams is met with room,
+# and a process then relays ~1,500 messages a second at a quarter of a core.
 STREAMS_PER_PROCESS = 64
 # The children are told to start this far ahead, so that every share starts at the same moment.
 START_LEAD_S = 0.05

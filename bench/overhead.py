@@ -197,7 +197,7 @@ def num_requests(concurrency: Sequence[int], explicit: int | None, quick: bool) 
     and its last round ends with the loop draining; with two rounds those ends were half of what was measured
     (the stack's 64-stream figure on this 2-core CPU: 0.94 of the engine at eight rounds, 0.91-0.95 at two).
     Quick once ran one round: its short requests then ended within a fraction of a second, and the first round's TTFT
-    decided the tokens/s (docs/streaming.md, session 13)."""
+    decided the tokens/s (docs/streaming.md)."""
     del quick  # the same rounds; kept in the signature for the callers that say which run they plan
     if explicit is not None:
         return {c: explicit for c in concurrency}
@@ -349,7 +349,7 @@ class _Run:
             if self.device == "cpu" and self.args.threads is None:
                 # The replica's own choice (HFEngineConfig.for_replica: its reserved CPUs, one here); the engine
                 # alone keeps every core. Two OpenMP threads in a replica spin at every barrier while the stack's
-                # other processes hold a core (docs/streaming.md, session 13).
+                # other processes hold a core (docs/streaming.md).
                 update["num_threads"] = None
         return self.engine.model_copy(update=update) if update else self.engine
 

@@ -263,7 +263,7 @@ def render_profile_table(result: OverheadResult) -> list[str]:
         "replica in virtual time), and the emulation's own CPU per generated token (its iteration callbacks), "
         "apart from the stream path (detokenizer, stop strings, coalescing) that every backend runs; the last "
         "column is the whole process, that path and the load loop included. The engine's own step (iteration) at "
-        "p99 plus the stream interval bounds the message gap a path may add to (issue #21).",
+        "p99 plus the stream interval bounds the message gap a path may add to.",
         "",
         "| streams | tokens/s | TTFT p50 ms | TPOT p50 ms | step p99 ms | emulation us/token | process CPU ms/token |",
         "|---:|---:|---:|---:|---:|---:|---:|",

@@ -68,7 +68,7 @@ def output_lengths(count: int, max_tokens: int, *, staggered: int = 0, spread: f
     path's jitter, and two streams whose next requests reach the engine within one iteration are prefilled
     together and end together from then on. A serving path's few ms of jitter merge streams faster than it splits
     them, so over a level they lock into clumps: on a 16-core host the stack's 64-stream TTFT p50 grew from 36 to
-    79 ms within one level, and one run in two showed it (docs/streaming.md, session 20). The engine alone has no
+    79 ms within one level, and one run in two showed it (docs/streaming.md). The engine alone has no
     jitter and never clumps. Outputs of different lengths, as real clients' are, keep re-mixing the phases.
     """
     lengths = [max_tokens] * count

@@ -4,7 +4,7 @@ Times :func:`router.route` (every candidate's TTFT and TPOT prediction, the SLO 
 reservation and shedding checks) on one core of this process, for a mix of short interactive and long
 standard requests against variants under varied load, with latency models that have learned from a few
 hundred observations (their margins and weights are what a running ingress holds). Reports p50, p99 and the
-largest of each decision's wall time, in microseconds; the issue's bar is 100 us at p99 with 16 variants. Beside
+largest of each decision's wall time, in microseconds; the target is 100 us at p99 with 16 variants. Beside
 them the same decisions on the thread's CPU clock, which leaves out the time the OS ran other processes: on a
 shared machine the wall clock's tail is mostly theirs (the load average is printed with the verdict).
 
@@ -297,7 +297,7 @@ def run(args: argparse.Namespace) -> int:
     top = max(results, key=lambda r: r.variants)
     verdict = "met" if top.p99_us < BAR_US else "NOT met"
     print(
-        f"bar: p99 under {BAR_US:.0f} us at {top.variants} variants: {top.p99_us:.1f} us -> {verdict} "
+        f"target: p99 under {BAR_US:.0f} us at {top.variants} variants: {top.p99_us:.1f} us -> {verdict} "
         f"(on the CPU clock: {top.cpu_p99_us:.1f} us; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)"
     )
     if args.indexed_blocks:

@@ -5,7 +5,7 @@ Starts its own local Ray cluster and Serve (HTTP on a free loopback port), deplo
 pinned by name), then for each policy deploys an ingress beside it whose ``router.policy`` is that
 policy and which routes to the same engine replicas, and drives it with Poisson arrivals of a mix of
 short interactive prompts (tight SLO) and long prompts (loose SLO; only the large-context variant holds
-them) at each rate. Writes ``sweep.json``, ``report.md`` (table + route reasons + the issue's bar),
+them) at each rate. Writes ``sweep.json``, ``report.md`` (table + route reasons + the SLO policy's target),
 ``sweep.png`` and each point's ``records.jsonl`` into ``--out``.
 
 Why one ingress per policy instead of redeploying the app: a redeploy restarts every replica (Serve gives
@@ -267,7 +267,7 @@ def render_report(sweep: RoutingSweep, variants: list[str], tiers: list[str], pl
         "",
         markdown_table(sweep.points, variants, tiers),
         "",
-        f"**Bar:** {verdict}",
+        f"**Target:** {verdict}",
         "",
         "## Route reasons (x-route-reason)",
         "",
@@ -496,7 +496,7 @@ def run(args: argparse.Namespace) -> int:
     report = render_report(sweep, list(limits), tiers, plot.name)
     (out / "report.md").write_text(report)
     print(markdown_table(points, list(limits), tiers))
-    print(report.split("**Bar:** ")[1].split("\n")[0])
+    print(report.split("**Target:** ")[1].split("\n")[0])
     print(f"wall time {sweep.wall_s:.0f} s; wrote {out / 'report.md'}")
     return 0
 

@@ -43,7 +43,7 @@ from traffic.summary import Summary
 
 BASE_APP = "fleet"
 DEFAULT_FRACTIONS = (0.5, 1.0)
-MAX_SIM_GAP = 0.03  # the bar: each policy within 3 points of the simulator
+MAX_SIM_GAP = 0.03  # the target: each policy within 3 points of the simulator
 
 
 class FleetPoint(BaseModel):
@@ -125,7 +125,7 @@ def render(sweep: FleetSweep, tiers: list[str]) -> str:
     agreement = (
         "no points"
         if worst is None
-        else f"largest gap at the top rate: {worst[0]} {worst[1]:+.1%} (bar: every policy within "
+        else f"largest gap at the top rate: {worst[0]} {worst[1]:+.1%} (target: every policy within "
         f"{MAX_SIM_GAP:.0%}) -> **{'met' if abs(worst[1]) <= MAX_SIM_GAP else 'NOT met'}**"
     )
     variants = list(sweep.replicas)
@@ -149,9 +149,9 @@ def render(sweep: FleetSweep, tiers: list[str]) -> str:
             "",
             comparison_table(sweep.points, variants, tiers),
             "",
-            f"**Bar, real stack:** {bar_verdict(sweep.real_bar)}",
+            f"**Target, real stack:** {bar_verdict(sweep.real_bar)}",
             "",
-            f"**Bar, simulator:** {bar_verdict(sweep.sim_bar)}",
+            f"**Target, simulator:** {bar_verdict(sweep.sim_bar)}",
             "",
             f"**Agreement:** {agreement}",
             "",

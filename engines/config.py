@@ -22,9 +22,9 @@ from engines.protocol import GUIDED_FIELDS, SAMPLING_FIELDS
 # the table. transformers' continuous batching takes per request only temperature, top_p and top_k
 # (cb_logits_processors.py: its per-request processors), and one seed for the whole batch loop.
 # torch CPU threads of an hf engine on a GPU replica at least (HFEngineConfig.for_replica). Measured on 16-core GPU
-# hosts, random:llama-1b: 1 / 4 / 8 threads made 1,415 / 1,563 / 1,663 tokens/s (session 10); at 256 streams the
+# hosts, random:llama-1b: 1 / 4 / 8 threads made 1,415 / 1,563 / 1,663 tokens/s; at 256 streams the
 # engine child with 8 stepped 3-9% slower than the engine alone with torch's default of 16, and with 16 it matched it
-# (docs/streaming.md, session 24). 16 per GPU is also what an 8-GPU host's cores give each of its GPUs.
+# (docs/streaming.md). 16 per GPU is also what an 8-GPU host's cores give each of its GPUs.
 GPU_ENGINE_MIN_THREADS = 16
 HF_SAMPLING_FIELDS = frozenset({"top_k", "ignore_eos", "stop_token_ids"})
 # The emulated engine has no logits: it honours what changes where its walk through the text goes and ends.

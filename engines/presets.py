@@ -105,7 +105,7 @@ LLAMA_70B_BF16_TP2_H200 = _on_h200(_LLAMA_3_1_70B, bytes_per_param=2.0, tp=2, tf
 # through the whole stack; ``overhead_ms`` is its TTFT intercept (``base_ttft_ms``) less one decode step (what
 # the stack adds). Limits are the variant's config: batch slots, KV blocks x page size, context, max_batch_tokens.
 
-_CPU_ROUTING = "python -m bench routing --quick (results/routing-quick.json, 2-core x86_64 CPU)"
+_CPU_ROUTING = "python -m bench routing --quick (its calibration, 2-core x86_64 CPU)"
 CPU_BUILTIN_TINY = EngineProfile(
     source=f"transformers engine, builtin:tiny, 0.5-CPU replica of serve_config.yaml: {_CPU_ROUTING}",
     step_ms_at_batch_1=2.09,
@@ -133,7 +133,7 @@ CPU_BUILTIN_SMALL = EngineProfile(
 
 _H200_ROUTING = (
     "python -m bench routing --quick --config configs/gpu-hf-two-variants-4k.yaml "
-    "(results/h200x2/routing-h200x2-4k-rates-14-24-context-seed0.json, one H200 a variant)"
+    "--rates 14 24 (its calibration, one H200 a variant)"
 )
 H200_HF_RANDOM_LLAMA_1B = EngineProfile(
     source=f"transformers engine, random:llama-1b bf16 on one H200: {_H200_ROUTING}",

@@ -227,18 +227,18 @@ def scaled_ahead(
         # Not short (a hysteresis): at a steady base load the ask wanders between replicas, and 20 s of a noisy
         # slope asked for more each time (the simulator, 3 seeds, this machine's warm-pool starts: the diurnal
         # wave 0.61 -> 0.57 of the fixed fleet's replica-seconds, the trace 0.63 -> 0.58, the step's 93.6% kept;
-        # results/spike/step_s12/levers.md).
+        # docs/autoscaling.md).
         return decision
     if sum(demand for _, demand in history) / len(history) <= ctx.current_replicas + _EPSILON:
-        # Short now, but not over the window the trend is fitted to (session 16): a burst of a few requests on a
-        # fleet that held the window's demand. The demand is a count of sequences, and under Poisson arrivals it
+        # Short now, but not over the window the trend is fitted to: a burst of a few requests on a fleet that
+        # held the window's demand. The demand is a count of sequences, and under Poisson arrivals it
         # scatters by about its square root: at the diurnal wave's base (0.8 req/s, about one sequence on the
         # 8B's one replica) three requests within a second read as 1.5-1.8 replicas after seconds of 0-0.7, and
         # that window's slope, 20 s ahead, asked for 3-5 replicas that came when the burst had gone; so did two
         # bursts after the crest, on a fleet that had just scaled down (the real stack at 13, 116 and 134 s of
-        # the wave, in every run: results/spike/diurnal_s15_cpu and _s16_cpu, the controller's log). A rise that
-        # the trend should meet, a step or a wave's climb, lifts the window's mean above the fleet within a
-        # second or two of being short (the 10x step within half a second).
+        # the wave, in every run, by the controller's log). A rise that the trend should meet, a step or a
+        # wave's climb, lifts the window's mean above the fleet within a second or two of being short (the 10x
+        # step within half a second).
         return decision
     ahead = history[-1][1] + rising_trend(history) * targets.scale_ahead_s
     wanted = min(max(math.ceil(ahead - _EPSILON), decision.replicas), ctx.max_replicas)

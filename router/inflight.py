@@ -240,7 +240,7 @@ class InflightBook:
         # prediction, a 15-token window after the prefill varies far more than a whole decode, and it widened the
         # real stack's TPOT margins to two or three times the simulator's (which learned only at the end): the slow
         # variant was then rarely sure to meet a standard request, and long prompts went to the fast variant,
-        # whose interactive requests missed (docs/routing.md, session 15).
+        # whose interactive requests missed (docs/routing.md).
         since, then, sent = ticket.checkpoint_at, ticket.checkpoint_tokens, ticket.prefill_sent_at_checkpoint
         self._observe_tpot(ticket, since, then, sent, completion_tokens, now, ok=ok, margin=False)
         self._observe_tpot(ticket, first_at, 1, sent_then, completion_tokens, now, ok=ok, weights=False)

@@ -71,7 +71,7 @@ def replica_load(view: VariantView, config: RouterConfig) -> Load:
     # Replicas being started add their slots when they serve: a request that finds every slot taken waits for the
     # first of the running sequences to finish or for them, whichever is sooner, while the requests queued ahead of
     # it leave one of their slots for it. Without this the router refused, during a step's scale-up, the very
-    # requests the replicas about to serve could take in time (docs/autoscaling.md, session 21).
+    # requests the replicas about to serve could take in time (docs/autoscaling.md).
     slot_by_ms = math.inf
     starting = view.starting_replicas
     if (

@@ -146,9 +146,9 @@ def _decide(
     likely: list[VariantView] = []
     expected: dict[str, float] = {}
     # Under 'reject' a request admitted on the mean alone is a bet that holds a slot; judged at the targets
-    # themselves it lost more than half the time at a 10x step (15 of 27 on the real stack, session 17,
-    # results/spike/levers_s17/README.md), each loss late and in the way of a request on time. There it must
-    # clear the same headroom a sure one does, on the mean (simulator, 20 seeds: step +0.9, bursts +3.2 points).
+    # themselves it lost more than half the time at a 10x step (15 of 27 on the real stack), each loss late and in
+    # the way of a request on time. There it must clear the same headroom a sure one does, on the mean (simulator,
+    # 20 seeds: step +0.9, bursts +3.2 points; docs/autoscaling.md).
     likely_bar = 1.0 - config.slo_headroom if config.on_violation == "reject" else 1.0
     for view in candidates:
         load = _idle_load(view) if idle else replica_load(view, config)

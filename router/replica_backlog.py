@@ -35,7 +35,7 @@ def seen_backlog(
     With several ingress replicas each handle sends only part of a replica's prompts, so its own estimate misses
     the long prefill another ingress just sent; the replica's report holds every ingress's prompts up to when it
     was taken. Simulated at the two_variant fleet's capacity, slo's attainment rose from 95.6% to 97.7% with two
-    ingress replicas and from 93.2% to 96.1% with four, and not at all with one (docs/routing.md, session 25). The
+    ingress replicas and from 93.2% to 96.1% with four, and not at all with one (docs/routing.md). The
     larger of the two keeps today's estimate where a backend reports no queued prompt tokens (0).
     """
     sent = list(sent)

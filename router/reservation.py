@@ -87,7 +87,7 @@ def holds_exclusive(view: VariantView, candidates: Sequence[VariantView]) -> boo
     would share that work's steps, and the reservation's room, a prediction, does not see what mixed steps cost
     an engine whose steps mix a long prefill's chunks with decodes. On the transformers CPU engine they cost
     several times the model's figures, so the long prompts that had only this variant missed their TTFT with
-    room predicted to spare (docs/routing.md, "Session 13"). Presence rather than a prediction: the first such error
+    room predicted to spare (docs/routing.md). Presence rather than a prediction: the first such error
     is measured after the decisions it would have changed."""
     needed = view.long_inflight_tokens
     if needed <= 0:

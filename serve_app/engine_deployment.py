@@ -25,7 +25,7 @@ logger = logging.getLogger("ray.serve")
 
 # From the engine's start returning to the replica's first request, on a busy 2-core machine during a step: Serve's
 # start-up collection, first health check and control-loop tick, the long poll to the ingresses and their routing
-# tasks (0.3 s at the median, 0.45 s at most; results/spike/starts_s21/REPORT.md).
+# tasks (measured: 0.3 s at the median, 0.45 s at most).
 SERVING_AFTER_ENGINE_START_S = 0.5
 
 

@@ -112,7 +112,7 @@ def haproxy_tools_missing(env: MutableMapping[str, str], *, ray_version: tuple[i
 # And the Python proxy Serve keeps as HAProxy's fallback (8500 HTTP, 9500 gRPC; ray/serve/_private/proxy_state.py),
 # which binds with SO_REUSEPORT: two clusters' fallback proxies then share the port, the kernel splits HAProxy's
 # fallback connections between them, and a bench's requests right after its deploy got the suite's ingress ("the
-# model 'bench' does not exist", session 23).
+# model 'bench' does not exist").
 HAPROXY_FIXED_PORTS = (
     "RAY_SERVE_HAPROXY_STATS_PORT",
     "RAY_SERVE_HAPROXY_METRICS_PORT",
@@ -136,7 +136,7 @@ _FIXED_PORTS_FIRST, _FIXED_PORTS_LAST = 30000, 32768
 
 # The process whose isolate_cluster_ports chose the ports in this environment. A child process inherits them: the
 # test suite's ports reached the benches it spawns, whose clusters then shared the suite's direct-ingress ports, and
-# the suite's ingress answered a bench's requests ("the model 'bench' does not exist", session 20).
+# the suite's ingress answered a bench's requests ("the model 'bench' does not exist").
 ISOLATED_BY = "VARIANT_SERVE_PORTS_ISOLATED_BY"
 
 
@@ -170,8 +170,8 @@ def _free_port_outside_ephemeral_range(taken: set[int]) -> int:
 
     Not one the kernel hands out (``bind(0)``, an outgoing connection): HAProxy binds its stats and metrics ports
     again at every reload (each deployment change), and in the suite one such port from the ephemeral range had
-    been taken meanwhile ("cannot bind socket (Address already in use)", session 24: 142 tests of one run failed
-    to start their app). Below Linux's ephemeral range only an explicit bind can take it."""
+    been taken meanwhile ("cannot bind socket (Address already in use)": 142 tests of one run failed to
+    start their app). Below Linux's ephemeral range only an explicit bind can take it."""
     port = free_port_between(_FIXED_PORTS_FIRST, _FIXED_PORTS_LAST, "0.0.0.0", avoid=taken)
     return free_port("0.0.0.0") if port is None else port  # the band is full: an ephemeral port, as before
 

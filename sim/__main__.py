@@ -1,5 +1,5 @@
 """``python -m sim``: the built-in cluster scenario, ``python -m sim sweep`` (every policy at fractions of the
-natural split's capacity, judged by the issue's bar), or ``python -m sim calibrate`` against a real run.
+natural split's capacity, judged by the SLO policy's target), or ``python -m sim calibrate`` against a real run.
 
     python -m sim --json out.json [--scenario builtin|heterogeneous|tiers|two_variant] [--rate-scale 1]
                   [--out DIR] [--duration-s 3600] [--policies slo largest] [--scaling static]
@@ -69,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     sw = sub.add_parser(
         "sweep",
         help="the routing bench's quick sweep: the natural split's capacity from the engine models, then every "
-        "policy at fractions of it, and the issue's bar at the top rate",
+        "policy at fractions of it, and the SLO policy's target at the top rate",
     )
     sw.add_argument("--scenario", choices=sorted(SCENARIOS), default="two_variant")
     sw.add_argument(
@@ -77,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="+",
         type=float,
         default=list(QUICK_FRACTIONS),
-        help="rates as fractions of the capacity (the bench's quick sweep: 0.5 1.0); the bar is judged at the highest",
+        help="rates as fractions of the capacity (the bench's quick sweep: 0.5 1.0); the target is judged at the top",
     )
     sw.add_argument("--policies", nargs="+", choices=list(SETUPS), default=None, help="default: the scenario's")
     sw.add_argument(
@@ -87,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--seeds",
         type=int,
         default=1,
-        help="also run the sweep on N-1 reseeded draws of the traffic and report attainment and the bar over all N",
+        help="also run the sweep on N-1 reseeded draws of the traffic and report attainment and the target over all N",
     )
     sw.add_argument(
         "--prefix-view",
@@ -96,7 +96,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="what the router knows of the prefix caches: the replicas' reports (as the serve app), or every cache "
         "as it is at each decision (the oracle the index is judged against)",
     )
-    sw.add_argument("--json", type=Path, default=None, help="write the capacity estimate, every run and the bar here")
+    sw.add_argument(
+        "--fleet-scale",
+        type=float,
+        default=1.0,
+        help="every pool's replicas and the traffic scaled together (4: a fleet four times the scenario's at four "
+        "times its rate)",
+    )
+    sw.add_argument("--json", type=Path, default=None, help="write the capacity estimate, the runs and the target here")
     sw.add_argument("--workers", type=int, default=None, help="processes (default: one per CPU)")
 
     cal = sub.add_parser("calibrate", help="replay a bench run's records; simulated vs measured percentiles")
@@ -158,8 +165,8 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    if any(f <= 0 for f in args.fractions):
-        print("sim sweep: fractions must be positive", file=sys.stderr)
+    if any(f <= 0 for f in args.fractions) or args.fleet_scale <= 0:
+        print("sim sweep: fractions and the fleet scale must be positive", file=sys.stderr)
         return 2
     try:
         result = sweep(
@@ -170,6 +177,7 @@ def _sweep(args: argparse.Namespace) -> int:
             seeds=args.seeds,
             workers=args.workers,
             prefix_view=args.prefix_view,
+            fleet_scale=args.fleet_scale,
         )
     except ValueError as exc:  # e.g. a stream whose typical request no pool holds: no natural split
         print(f"sim sweep: scenario {args.scenario!r}: {exc}", file=sys.stderr)

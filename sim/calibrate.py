@@ -3,7 +3,7 @@
 The run's own send offsets, prompt lengths and output lengths go through one simulated variant with the
 profile under test (as many replicas as the real run had); the measured and simulated TTFT and TPOT
 percentiles are then set side by side with their relative error. A profile is trustworthy for a
-workload when those errors are small (the issue asks for p50 TTFT within 25%).
+workload when those errors are small (the target: p50 TTFT within 25%).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ reservations (:class:`~router.RouterState`), its in-flight book (:class:`~router
 requests *it* sent, not the fleet's), the latency models that learn from *its* finished requests, and its own copy
 of the stats board's snapshot. With two ingress replicas each sees half the fleet's sends until the next stats
 snapshot shows the engines' queues. A simulator that routes every request from one shared book sees more than
-the real stack can: session 20 measured least_loaded 7.6 points better simulated than real on the two_variant
+the real stack can: least_loaded once measured 7.6 points better simulated than real on the two_variant
 fleet, and a round robin in step with a request-index ingress choice sent every 70B request through one
 ingress (docs/routing.md).
 """

@@ -65,7 +65,7 @@ class LoadReport:
 
     A real engine replica posts its stats every ``STATS_PERIOD_S`` (serve_app/engine_deployment.py) and each
     ingress reads the board every ``REFRESH_PERIOD_S``: the router routes on figures up to a few hundred ms old,
-    and the simulator must not route on fresher ones than the stack can (session 20: least_loaded piled requests
+    and the simulator must not route on fresher ones than the stack can (least_loaded once piled requests
     onto a variant the real board had not yet shown busy, and the simulator, reading the replicas' true queues at
     each refresh, did not).
     """

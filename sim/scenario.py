@@ -6,7 +6,7 @@ Each (policy, scaling) pair is one simulated run of the same traffic. Scaling mo
 * ``ongoing_requests``: Serve's default autoscaler (ongoing requests per replica vs a target);
 * ``engine_load``: the project's own policy (``router.autoscaling`` via ``serve_app.autoscaling``).
 
-:func:`builtin_scenario` is the issue's cluster: 64 H200s split between an INT4 8B pool (one GPU a
+:func:`builtin_scenario` is the reference cluster: 64 H200s split between an INT4 8B pool (one GPU a
 replica) and an FP8 70B tensor-parallel-4 pool, an hour of chat, RAG and batch traffic whose rate
 jumps five-fold for ten minutes. :func:`heterogeneous_scenario` is a smaller fleet whose variants differ
 in what they can hold (an 8k-context 8B next to a 32k-context 70B), the case capacity reservation is for.
@@ -389,9 +389,9 @@ def two_variant_scenario(duration_s: float = 300.0, rate_scale: float = 1.0) -> 
     holding 32k (better answers, a decode step ~8x longer); short interactive chat and long RAG (standard
     tier, ~4k-token prompts) at 3:1, ``TWO_VARIANT_BASE_RATE`` req/s times ``rate_scale``, steady, static.
 
-    The routing bench's two-class mix (``traffic.mix.routing_mix``) at GPU scale, the issue's case: interactive
-    short prompts with tight SLOs beside long prompts with loose ones. The fast variant cannot hold the
-    longest prompts (some RAG prompts exceed 8k: only the 70B takes them), and the big one's decode is too
+    The routing bench's two-class mix (``traffic.mix.routing_mix``) at GPU scale, the case SLO routing is
+    for: interactive short prompts with tight SLOs beside long prompts with loose ones. The fast variant cannot
+    hold the longest prompts (some RAG prompts exceed 8k: only the 70B takes them), and the big one's decode is too
     slow for the interactive TPOT under load, so neither variant can take everything. ``python -m sim
     sweep`` places its rates at fractions of the natural split's capacity, as the bench's quick sweep does.
     """

@@ -177,7 +177,7 @@ FLEET = SpikeFleet(
             upscale_delay_s=1.0,
             # 8 s, not 15: a replica idle for 8 s of a 150 s day is surplus, and the diurnal wave's 15 s took it to
             # 0.61 of the fixed fleet's replica-seconds at 100% (sim with this machine's start-ups: 0.55 -> 0.53,
-            # attainment unchanged; results/spike/diurnal).
+            # attainment unchanged; docs/autoscaling.md).
             downscale_delay_s=8.0,
             target_ongoing_requests=1.5,
         ),
@@ -203,7 +203,7 @@ FLEET = SpikeFleet(
     target_batch_utilization=0.75,
     # The predictive term on by default: 20 s ahead, about a new 8B replica's start-up on this machine without the
     # warm worker pool (6 s cold start + 6-14 s of Ray and Serve under the spike; a bit more than its ~8 s with it).
-    # The ramp: 100% against Serve's default 93.3% (results/spike/ramp); the step, ~2 points (sim).
+    # The ramp: 100% against Serve's default 93.3% (docs/autoscaling.md); the step, ~2 points (sim).
     scale_ahead_s=20.0,
     look_back_period_s=1.0,
     metrics_interval_s=0.5,

@@ -1,4 +1,4 @@
-"""``python -m sim sweep``: the routing bench's quick sweep on a simulated fleet, and the issue's bar.
+"""``python -m sim sweep``: the routing bench's quick sweep on a simulated fleet, and its target at the top rate.
 
 The bench (``python -m bench routing --quick``) runs every policy at fractions 0.5 and 1.0 of the natural
 split's calibrated capacity and judges the SLO policy at the top rate (``traffic.routing_results.bar``). Here the
@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field
 
 from router.config import Setup
 from sim.capacity import CapacityEstimate, estimate_capacity
-from sim.scenario import RunResult, Scenario, run_matrix
+from sim.scenario import PoolSpec, RunResult, Scenario, run_matrix
 from traffic.routing_results import QUICK_FRACTIONS, Bar, SweepPoint, bar, bar_verdict, prefix_table
 
 ScenarioMaker = Callable[..., Scenario]  # sim.scenario.SCENARIOS' functions: (duration_s, rate_scale)
@@ -34,25 +34,45 @@ class SweepRun(BaseModel):
 
 
 class SimSweep(BaseModel):
-    """A sweep's capacity estimate, every run and the bar."""
+    """A sweep's capacity estimate, every run and the target's verdict."""
 
     scenario: str
+    gpus: int = Field(0, description="GPUs of the fleet simulated (after any fleet scaling).")
     duration_s: float = Field(description="Seconds of traffic per run.")
     capacity: CapacityEstimate
     fractions: list[float]
     runs: list[SweepRun]
     bar: Bar | None = Field(
-        description="The issue's bar at the top rate, on the scenario's own traffic (seed 0); None when the SLO "
+        description="The target at the top rate, on the scenario's own traffic (seed 0); None when the SLO "
         "policy did not run."
     )
     seed_bars: list[Bar] = Field(
-        default_factory=list, description="The bar on each seed's traffic, seed 0 first (with --seeds above 1)."
+        default_factory=list, description="The target on each seed's traffic, seed 0 first (with --seeds above 1)."
     )
     wall_s: float = Field(description="Seconds the whole sweep took, estimate and runs.")
 
 
-def make_scenario(make: ScenarioMaker, duration_s: float | None, rate_scale: float) -> Scenario:
-    return make(rate_scale=rate_scale) if duration_s is None else make(duration_s, rate_scale)
+def make_scenario(
+    make: ScenarioMaker, duration_s: float | None, rate_scale: float, fleet_scale: float = 1.0
+) -> Scenario:
+    """``make``'s scenario at ``rate_scale``, its fleet and its traffic both scaled by ``fleet_scale`` (twice the
+    replicas of every pool at twice the rate keeps each replica's load); ``duration_s`` None: the scenario's."""
+    scale = rate_scale * fleet_scale
+    scenario = make(rate_scale=scale) if duration_s is None else make(duration_s, scale)
+    if fleet_scale == 1.0:
+        return scenario
+    return scenario.model_copy(update={"pools": scaled_pools(scenario.pools, fleet_scale)})
+
+
+def scaled_pools(pools: list[PoolSpec], fleet_scale: float) -> list[PoolSpec]:
+    """Each pool with ``fleet_scale`` of its replicas (at least one), GPUs to match."""
+    if fleet_scale <= 0:
+        raise ValueError("fleet_scale must be > 0")
+    out = []
+    for pool in pools:
+        replicas = max(1, round(pool.pool_replicas * fleet_scale))
+        out.append(pool.model_copy(update={"gpus": replicas * pool.engine_profile().gpus_per_replica}))
+    return out
 
 
 def reseeded(scenario: Scenario, seed: int) -> Scenario:
@@ -77,19 +97,20 @@ def sweep(
     seeds: int = 1,
     workers: int | None = None,
     prefix_view: Literal["reported", "oracle"] = "reported",
+    fleet_scale: float = 1.0,
 ) -> SimSweep:
-    """Estimates the capacity of ``make``'s scenario at rate scale 1, then runs every policy at each fraction,
-    on ``seeds`` draws of the traffic (:func:`reseeded`)."""
+    """Estimates the capacity of ``make``'s scenario at rate scale 1 (its fleet scaled by ``fleet_scale``), then
+    runs every policy at each fraction, on ``seeds`` draws of the traffic (:func:`reseeded`)."""
     if seeds < 1:
         raise ValueError("seeds must be at least 1")
     started = time.perf_counter()
-    base = make_scenario(make, duration_s, 1.0)
+    base = make_scenario(make, duration_s, 1.0, fleet_scale)
     estimate = estimate_capacity(base)
     runs: list[SweepRun] = []
     for seed in range(seeds):
         for fraction in fractions:
             scale = fraction * estimate.rate_scale
-            scenario = reseeded(make_scenario(make, duration_s, scale), seed)
+            scenario = reseeded(make_scenario(make, duration_s, scale, fleet_scale), seed)
             update = {"policies": list(policies or base.policies), "scaling": ["static"], "prefix_view": prefix_view}
             for run in run_matrix(scenario.model_copy(update=update), workers=workers):
                 rate = fraction * estimate.capacity
@@ -97,6 +118,7 @@ def sweep(
     bars = [judge([r for r in runs if r.seed == seed]) for seed in range(seeds)]
     return SimSweep(
         scenario=base.name,
+        gpus=sum(pool.gpus for pool in base.pools),
         duration_s=base.duration_s,
         capacity=estimate,
         fractions=list(fractions),
@@ -131,8 +153,8 @@ def judge(runs: Sequence[SweepRun], policy: str = "slo") -> Bar | None:
 
 
 def bar_line(b: Bar | None) -> str:
-    """The bar in the bench report's words (``traffic.routing_results.bar_verdict``)."""
-    return f"**Bar:** {bar_verdict(b, bold=False)}"
+    """The target's verdict in the bench report's words (``traffic.routing_results.bar_verdict``)."""
+    return f"**Target:** {bar_verdict(b, bold=False)}"
 
 
 def capacity_table(estimate: CapacityEstimate) -> str:
@@ -163,7 +185,7 @@ def seeds_table(runs: Sequence[SweepRun]) -> str:
 
 
 def seeds_verdict(bars: Sequence[Bar]) -> str:
-    """The bar over seeds: its margin per seed, the mean, and the worst pairing (the SLO policy's lowest
+    """The target over seeds: its margin per seed, the mean, and the worst pairing (the SLO policy's lowest
     attainment against the best baseline's highest), which no single seed shows."""
     if not bars:
         return ""
@@ -173,7 +195,7 @@ def seeds_verdict(bars: Sequence[Bar]) -> str:
     return (
         f"Over {len(bars)} seeds: margin per seed "
         + ", ".join(f"{m:+.1%}" for m in margins)
-        + f"; mean {sum(margins) / len(margins):+.1%}; worst pairing {worst:+.1%}; bar met on {met} of {len(bars)}"
+        + f"; mean {sum(margins) / len(margins):+.1%}; worst pairing {worst:+.1%}; target met on {met} of {len(bars)}"
     )
 
 
@@ -199,6 +221,8 @@ def render_sweep(result: SimSweep) -> str:
     return "\n".join(
         [
             f"# {result.scenario}",
+            "",
+            f"Fleet: {result.gpus} GPUs.",
             "",
             "## The natural split's capacity (engine models only, before any policy runs)",
             "",

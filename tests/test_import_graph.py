@@ -16,7 +16,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("core", "traffic", "serve_app", "engines", "router", "sim", "bench", "cluster")
-# Run outputs, not code (issue #26 wants them out of the package).
+# Run outputs, not code: they stay out of the package.
 EXCLUDED = (ROOT / "results",)
 
 

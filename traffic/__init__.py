@@ -2,6 +2,6 @@
 
 Workloads (lengths, SLO tiers, prompts, prompts that share prefixes as segments), arrival processes and traces
 (Mooncake's among them) say what is sent and when; request records, summaries, replica samples, plots and the report
-say what happened; the routing sweep's points and bar score it. Neither ``bench`` nor ``sim`` owns these: the
+say what happened; the routing sweep's points and its target score it. Neither ``bench`` nor ``sim`` owns these: the
 simulator must not import the bench (``tests/test_import_graph.py``).
 """

@@ -1,4 +1,4 @@
-"""The results of a routing sweep: one point per (policy, rate), its table, and the issue's bar.
+"""The results of a routing sweep: one point per (policy, rate), its table, and its target at the top rate.
 
 Pure functions over records and summaries, so the table math is tested without a server.
 """
@@ -14,7 +14,7 @@ from traffic.prediction import PredictionAccuracy, prediction_accuracy
 from traffic.records import RequestRecord
 from traffic.summary import Summary, summarize
 
-# The rates of a sweep as fractions of the calibrated capacity: the quick one (and its bar), the full one.
+# The rates of a sweep as fractions of the calibrated capacity: the quick one (and its target), the full one.
 QUICK_FRACTIONS = (0.5, 1.0)
 FULL_FRACTIONS = (0.25, 0.5, 0.75, 1.0, 1.25)
 NO_VARIANT = "none"  # the variant of a request that was refused before reaching one
@@ -127,7 +127,8 @@ def sweep_point(
 
 
 class Bar(BaseModel):
-    """The issue's bar at the highest rate: the SLO policy's attainment against the best baseline's."""
+    """The target at the highest rate: the SLO policy's attainment against the best baseline's, at least
+    ``min_attainment`` and ahead by at least ``min_margin``."""
 
     rate: float
     policy: str
@@ -167,14 +168,14 @@ def bar(
 
 
 def bar_verdict(b: Bar | None, *, bold: bool = True) -> str:
-    """The bar in the reports' words: the SLO policy against the best baseline at the top rate, met or not."""
+    """The target in the reports' words: the SLO policy against the best baseline at the top rate, met or not."""
     if b is None:
         return "no SLO policy point"
     word = "met" if b.met else "NOT met"
     return (
         f"at {b.rate:.2f} req/s: {b.policy} {b.attainment:.1%}, best baseline {b.best_baseline} "
         f"{(b.best_baseline_attainment or 0):.1%}, margin {(b.margin or 0):+.1%} "
-        f"(bar: >= {b.min_attainment:.0%} and >= {b.min_margin:+.0%}) -> {f'**{word}**' if bold else word}"
+        f"(target: >= {b.min_attainment:.0%} and >= {b.min_margin:+.0%}) -> {f'**{word}**' if bold else word}"
     )
 
 

@@ -6,8 +6,8 @@
 #   .device/py-spy.xz                  py-spy's binary, stripped, for `bench overhead --profile`
 # usage (from the repository root): bash bench/device/pack.sh      then carry .device/ in the device run.
 # On the device: bash bench/device/unpack.sh (sets up /tmp/site; source it for PYTHONPATH and PATH).
-# The carry limit counts the whole tree: with results/ (34 MiB of committed runs) and this pack (35 MiB,
-# less py-spy's 1.7) it is over. Drop results/ from the index for the call and put it back after:
+# The carry limit counts the whole tree: where results/ and this pack (35 MiB, less py-spy's 1.7) pass it,
+# drop results/ from the index for the call and put it back after:
 #   git rm -r -q --cached results && echo /results/ >> .git/info/exclude     (then the device call)
 #   sed -i '\#^/results/$#d' .git/info/exclude && git reset -q results
 set -euo pipefail

@@ -7,7 +7,7 @@
 # Python; the emulated engine needs no transformers), e.g.
 #   bash bench/device/run_fleet.sh two_variant 540 1.0 150 2 "slo length_threshold"
 # args: scenario, timeout (s), fleet scale, seconds per point, ingress replicas, policies (default: all five),
-# router JSON (default: {"ttft_path_ms": 60}, as runs 6-7).
+# router JSON (default: {"ttft_path_ms": 60}).
 # What comes back under $OUT/$1: log.txt, digest.txt, compact.jsonl.gz (one row per request, real and simulated) and
 # bundle.tar.gz (commit.txt, report.md, sweep.json, uptime.txt, top.txt); the run's folder is deleted.
 set -u
@@ -33,12 +33,12 @@ timeout -s INT "$LIMIT" python3 -m bench routing --scenario "$SCENARIO" --fleet-
   --router "$ROUTER" --out "$R/run" --json "$R/sweep.json" > "$R/log.txt" 2>&1
 echo "rc $?" >> "$R/log.txt"
 kill $TOP
-grep -E "req/s:|Bar|Agreement|rc " "$R/log.txt"
+grep -E "req/s:|Target|Agreement|rc " "$R/log.txt"
 cp "$R/run/report.md" "$R/report.md" 2>/dev/null
 python3 bench/device/fleet_digest.py "$R/run" "$R/compact.jsonl.gz" | tee "$R/digest.txt"
 find "$R/run" -name "*records.jsonl" -delete
-# The device returns at most eight files a call (session 19 lost report.md, sweep.json, top.txt and uptime.txt to
-# that): the small ones travel as one archive.
+# The device returns at most eight files a call (with more, report.md, sweep.json, top.txt and uptime.txt were
+# among those left out): the small ones travel as one archive.
 (cd "$R" && tar czf bundle.tar.gz --ignore-failed-read commit.txt report.md sweep.json top.txt uptime.txt 2>/dev/null \
   && rm -f commit.txt report.md sweep.json top.txt uptime.txt)
 rm -rf "$R/run"

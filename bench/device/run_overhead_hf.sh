@@ -1,7 +1,7 @@
 #!/bin/bash
-# On the H200 host: the streaming path's overhead bench on the transformers engine on the GPU (#21's hf bar).
-# Carry the Ray pack and the transformers wheel (.device/ray-site*.tar.xz, .device/whl/; FACTS.md): when the
-# pack and the tree pass the device's 64 MiB, a pack with its binaries' debug symbols stripped fits.
+# On the H200 host: the streaming path's overhead bench on the transformers engine on the GPU (docs/streaming.md).
+# Carry the Ray pack and the transformers wheel (.device/ray-site*.tar.xz, .device/whl/; bench/device/pack.sh):
+# when the pack and the tree pass the device's 64 MiB, a pack with its binaries' debug symbols stripped fits.
 #   bash bench/device/run_overhead_hf.sh .device/ray-site-stripped.tar.xz
 mkdir -p /tmp/site && tar -C /tmp/site -xJf ${1:-.device/ray-site.tar.xz}
 python3 -m pip install -q --no-index --no-deps --upgrade --target /tmp/site .device/whl/*.whl 2>&1 | tail -2

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.fleet import app_args, fleet_scenario, scaled_pools, scenario_requests
+from bench.fleet import app_args, fleet_scenario, scenario_requests
 from serve_app.config import load_app_config
 from sim.scenario import SCENARIOS
 from sim.seed import router_seed
@@ -31,9 +31,6 @@ def test_a_fleet_scale_shrinks_replicas_and_traffic_together():
     half = fleet_scenario(SCENARIOS["two_variant"], 60.0, 1.0, 0.5)
     assert [p.pool_replicas for p in half.pools] == [max(1, round(p.pool_replicas / 2)) for p in full.pools]
     assert len(scenario_requests(half)) < 0.7 * len(scenario_requests(full))
-    with pytest.raises(ValueError):
-        scaled_pools(full.pools, 0.0)
-    assert [p.pool_replicas for p in scaled_pools(full.pools, 0.01)] == [1, 1]  # never below one replica
 
 
 def test_the_requests_are_the_simulators_own_as_token_ids_of_the_drawn_lengths():

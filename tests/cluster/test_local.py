@@ -5,7 +5,7 @@ accelerator type no node has fails the deploy-time check with a clear message in
 The replicas are a small probe class, not the LLM engine (except the last test, which serves the default app
 across both nodes): what is tested is Ray's placement of the options
 this project produces. Logical GPUs prove placement and CUDA_VISIBLE_DEVICES; whether an engine then runs
-on those GPUs needs real ones (issue 12).
+on those GPUs needs real ones.
 
 A Python process can be connected to one Ray cluster at a time, and the test session's shared cluster
 (tests/conftest.py) may already be connected in this one, whatever order the tests run in. So the

@@ -1,4 +1,4 @@
-"""The routing decision as it was before the hot-path work of issue #24 (commit 647adb9), kept as an oracle.
+"""The routing decision as it was before the hot path's rewrite (commit 647adb9), kept as an oracle.
 
 ``tests/router/test_route_equivalence.py`` runs random requests, loads and model snapshots through this and
 through ``router.route`` and requires the same decisions. It predicts with the latency model's long forms

@@ -253,7 +253,7 @@ def _held(reports: list[float], every_s: float = 0.5, tick_s: float = 0.1) -> li
 
 
 def test_a_burst_on_a_fleet_that_held_the_window_is_not_projected_but_a_step_is():
-    # The diurnal wave's base on the real stack (session 16): one replica of 2 slots, about one sequence in flight,
+    # The diurnal wave's base on the real stack: one replica of 2 slots, about one sequence in flight,
     # then three requests within a second. Short now (1.76 > 1), but not over the window: the old gate projected
     # the window's slope 20 s ahead and asked for 4 replicas that came after the burst had gone.
     ahead = ScalingTargets(scale_ahead_s=20.0, trend_window_s=10.0)

@@ -86,7 +86,7 @@ def test_decode_work_left_falls_as_requests_progress():
 
 def test_the_spread_of_decode_work_left_is_known_from_the_first_tokens():
     """Requests that started decoding together have the same work left (spread 0); started apart, they spread by
-    their progress, and the spread is their remaining work's standard deviation (results/spike/levers_s17)."""
+    their progress, and the spread is their remaining work's standard deviation."""
     b = book()
     together = [b.open("big", 10, prediction(tpot_ms=10.0), now=0.0, max_tokens=101) for _ in range(3)]
     for t in together:

@@ -361,10 +361,10 @@ def test_slot_wait_uses_the_known_decode_work_left_of_running_requests():
 
 
 def test_a_batch_that_started_together_frees_its_first_slot_when_it_all_finishes():
-    """The 10x step (issue #25): the spill-over filled the 70B's eight slots within a second or two, so they all
+    """The 10x step: the spill-over filled the 70B's eight slots within a second or two, so they all
     finish together, while the even spread of remaining work (from none to twice the mean) put the first slot free
-    after 2 x left / 9 of it: the router predicted 1.0 s for requests that waited 3.6 s, and admitted them late
-    (results/spike/levers_s17). With the running ones' spread known, the first completion comes at their least work
+    after 2 x left / 9 of it: the router predicted 1.0 s for requests that waited 3.6 s on the real stack, and
+    admitted them late. With the running ones' spread known, the first completion comes at their least work
     left: all of it when they have the same left, and as before when they are spread evenly from none."""
     model = LatencyModel(PROFILE)  # mean_output_tokens 100
     running = {"running": 8, "queued": 1, "waiting_for_slot": 1, "decode_tokens_left": 90.0}

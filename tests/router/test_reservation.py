@@ -292,7 +292,7 @@ def test_it_does_not_yield_to_a_variant_it_would_crowd_just_the_same():
 # their targets but less than reserve_slack, by a prefill longer than that room, goes to a variant likely to meet it
 # instead (router.policy, "Not at the expense of tighter requests"). In the simulator's two_variant fleet at
 # capacity the long RAG prompts the 8B took in that state were behind most of its interactive misses
-# (results/routing-fleet/sim-policy-s16).
+# (docs/routing.md).
 
 
 def loose_between(small_queued_tokens: int = 1800, big_queued_tokens: int = 100) -> list[VariantView]:

@@ -1,4 +1,4 @@
-"""The hot path's rewrite (issue #24) changes no decision: ``router.route`` against the pre-rewrite oracle
+"""The hot path's rewrite changes no decision: ``router.route`` against the pre-rewrite oracle
 (``tests/router/route_reference.py``) over random fleets, loads, requests, configs and model snapshots.
 
 Each case keeps one fleet and interleaves decisions with "snapshots": new engine figures on every view and

@@ -188,7 +188,7 @@ def test_the_policy_scales_ahead_of_a_rising_demand_on_the_contexts_clock():
 
     assert EngineLoadPolicy()(_ray_context(_reported(busy), running=1))[0] == 1
     # 20/12 + 5/12 a second x 10 s = 5.8 -> 6, where the load alone asks for 2 (the window's mean, 15/12, is above the
-    # one replica: short over the window, not only at its last reading, session 16)
+    # one replica: short over the window, not only at its last reading)
     assert answers[-1] == 6
     full = EngineLoadPolicy(scale_ahead_s=10.0, trend_window_s=2.0)
     for second, running in enumerate([4, 8, 12]):  # the same rise up to exactly one full replica: not short yet

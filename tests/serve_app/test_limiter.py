@@ -138,7 +138,7 @@ async def test_two_replicas_share_one_keys_request_limit():
 @pytest.mark.parametrize("requests_per_minute", [3, 6, 25])
 async def test_every_request_of_a_small_limit_is_admitted_whichever_replica_takes_it(requests_per_minute):
     # A share of 0.6 requests left in each of two replicas used to be a request neither could admit: the
-    # endpoint gave 5 of 6 (CI, 2026-12-05).
+    # endpoint gave 5 of 6 (in CI).
     clock = Clock()
     ledger = InProcessLedger(clock)
     replicas = _replicas(2, ledger, clock, requests_per_minute=requests_per_minute)

@@ -1,4 +1,4 @@
-"""``python -m sim sweep``: the bench's quick sweep on a simulated fleet, its table, JSON and bar."""
+"""``python -m sim sweep``: the bench's quick sweep on a simulated fleet, its table, JSON and target."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from router.config import Policy
 from sim.__main__ import build_parser, main
 from sim.scenario import SCENARIOS, PoolSpec, RunResult, Scenario
-from sim.sweep import SimSweep, SweepRun, bar_line, judge, reseeded, seeds_verdict
+from sim.sweep import SimSweep, SweepRun, bar_line, judge, make_scenario, reseeded, scaled_pools, seeds_verdict
 from sim.workload import Stream
 from tests.sim.helpers import profile
 from traffic.arrivals import PoissonArrivals
@@ -52,7 +52,24 @@ def test_a_tiny_sweep_prints_the_capacity_the_table_and_the_bar_and_writes_json(
     assert "attain. interactive" in printed and "attain. standard" in printed
     assert result.bar is not None and result.bar.rate == pytest.approx(0.2 * capacity)
     assert bar_line(result.bar) in printed
-    assert printed.count("**Bar:** at ") == 1
+    assert printed.count("**Target:** at ") == 1
+
+
+def test_a_fleet_scale_grows_every_pool_and_the_traffic_together():
+    base = make_scenario(SCENARIOS["two_variant"], 60.0, 1.0)
+    scaled = make_scenario(SCENARIOS["two_variant"], 60.0, 1.0, fleet_scale=3.6)
+    assert [p.pool_replicas for p in scaled.pools] == [round(3.6 * p.pool_replicas) for p in base.pools]
+    assert [s.arrivals.rate for s in scaled.streams] == pytest.approx([3.6 * s.arrivals.rate for s in base.streams])
+    with pytest.raises(ValueError):
+        scaled_pools(base.pools, 0.0)
+    assert [p.pool_replicas for p in scaled_pools(base.pools, 0.01)] == [1, 1]  # never below one replica
+
+
+def test_the_sweep_says_how_many_gpus_it_simulated(capsys):
+    argv = ["sweep", "--scenario", "two_variant", "--duration-s", "5", "--fractions", "0.1", "--policies", "slo"]
+    assert main([*argv, "--workers", "1", "--fleet-scale", "2"]) == 0
+    assert "Fleet: 36 GPUs." in capsys.readouterr().out  # 2 x (2 one-GPU 8B + 8 TP2 70B)
+    assert main([*argv, "--fleet-scale", "0"]) == 2
 
 
 def _run(policy: Policy, attainment: float) -> RunResult:
@@ -86,8 +103,8 @@ def test_the_bar_is_judged_at_the_top_rate_against_the_best_baseline():
     b = judge(runs)
     assert b is not None and b.met and b.rate == 10.0 and b.best_baseline == "least_loaded"
     assert bar_line(b) == (
-        "**Bar:** at 10.00 req/s: slo 95.0%, best baseline least_loaded 79.0%, margin +16.0% "
-        "(bar: >= 90% and >= +15%) -> met"
+        "**Target:** at 10.00 req/s: slo 95.0%, best baseline least_loaded 79.0%, margin +16.0% "
+        "(target: >= 90% and >= +15%) -> met"
     )
     not_by_margin = judge(_runs(top={"slo": 0.95, "least_loaded": 0.81}, low={}))
     not_by_attainment = judge(_runs(top={"slo": 0.89, "least_loaded": 0.5}, low={}))
@@ -112,7 +129,7 @@ def test_the_bar_over_seeds_gives_each_margin_the_mean_and_the_worst_pairing():
     assert seed_0 is not None and seed_1 is not None
     # Worst pairing: slo's lowest (92%) against the best baseline's highest (79%), +13 points.
     assert seeds_verdict([seed_0, seed_1]) == (
-        "Over 2 seeds: margin per seed +16.0%, +17.0%; mean +16.5%; worst pairing +13.0%; bar met on 2 of 2"
+        "Over 2 seeds: margin per seed +16.0%, +17.0%; mean +16.5%; worst pairing +13.0%; target met on 2 of 2"
     )
 
 
@@ -122,7 +139,7 @@ def test_a_sweep_over_seeds_reports_every_seed_and_the_spread(capsys):
     printed = capsys.readouterr().out
     assert "SLO attainment over 2 seeds: mean (range)" in printed
     assert "Over 2 seeds: margin per seed" in printed
-    assert printed.count("**Bar:** at ") == 1  # the bench-equivalent line is seed 0's
+    assert printed.count("**Target:** at ") == 1  # the bench-equivalent line is seed 0's
 
 
 def test_a_scenario_the_natural_split_cannot_place_fails_with_a_message(monkeypatch, capsys):
