@@ -9,7 +9,7 @@ fields are left out of the body, so the HTTP defaults apply.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core.errors import InvalidRequestError
 from engines.protocol import Delta
@@ -17,7 +17,10 @@ from router.headers import TIER_HEADER, TPOT_HEADER, TTFT_HEADER
 from serve_app.grpc_api import llm_pb2
 from serve_app.openai_format import openai_finish_reason
 
-_OPTIONAL = ("max_tokens", "temperature", "top_p", "top_k", "seed", "priority")
+if TYPE_CHECKING:
+    from serve_app.choices import Usage
+
+_OPTIONAL = ("max_tokens", "temperature", "top_p", "top_k", "seed", "n", "priority")
 # The router reads the SLO from headers; its errors name the header, a gRPC client knows the field.
 _SLO_FIELDS = {TIER_HEADER: "tier", TTFT_HEADER: "ttft_ms", TPOT_HEADER: "tpot_ms"}
 
@@ -80,19 +83,24 @@ def field_error(exc: BaseException) -> BaseException:
     return exc
 
 
-def delta_message(delta: Delta) -> Any:
+def delta_message(delta: Delta, index: int = 0) -> Any:
+    """``delta`` of choice ``index`` as a message."""
     return llm_pb2.GenerateResponse(
-        text=delta.text, token_ids=delta.token_ids, finish_reason=openai_finish_reason(delta.finish_reason) or ""
+        text=delta.text,
+        token_ids=delta.token_ids,
+        finish_reason=openai_finish_reason(delta.finish_reason) or "",
+        index=index,
     )
 
 
-def finish(message: Any, request_id: str, last: Delta | None, variant: str, reason: str, prediction: Any) -> Any:
-    """Completes the last message of a stream: usage, the route decision (when there was one), the request id."""
+def finish(message: Any, request_id: str, usage: Usage | None, variant: str, reason: str, prediction: Any) -> Any:
+    """Completes the last message of a stream: the request's usage (when it has one: every choice's completion
+    tokens), the route decision (when there was one), the request id."""
     message.request_id = request_id
-    if last is not None:
-        message.usage.prompt_tokens = last.prompt_tokens
-        message.usage.completion_tokens = last.completion_tokens
-        message.usage.total_tokens = last.prompt_tokens + last.completion_tokens
+    if usage is not None:
+        message.usage.prompt_tokens = usage.prompt_tokens
+        message.usage.completion_tokens = usage.completion_tokens
+        message.usage.total_tokens = usage.prompt_tokens + usage.completion_tokens
     if reason:
         message.route.variant = variant
         message.route.reason = reason

@@ -1,9 +1,10 @@
 """The HTTP routes: OpenAI's API (SSE streaming) over the request pipeline, and the small endpoints beside it.
 
-A generation route reads the request (headers, the JSON body within its size limit), runs it through
-``Pipeline.run`` and writes what comes back in OpenAI's shapes (``openai_format.py``): before the first token an
-error is an HTTP error (``errors.py``); after it, an SSE error event followed by ``data: [DONE]``. Everything else
-(auth, validation, routing, limits, the engine, the release) is the pipeline's.
+A generation route reads the request (headers, the JSON body within its size limit), runs it through the
+pipeline, one ``Pipeline.run`` per choice (``choices.py``, as gRPC does), and writes what comes back in OpenAI's
+shapes (``openai_format.py``): before the first token an error is an HTTP error (``errors.py``); after it, an SSE
+error event followed by ``data: [DONE]``. Everything else (auth, validation, routing, limits, the engine, the
+release; starting, merging and ending a request's choices) is the pipeline's and ``choices.py``'s.
 
 The routes are methods of :class:`HttpRoutes`, mounted on a FastAPI app by :func:`mount`: on the class, for Serve
 (``ingress.py``: Serve's class-based view binds ``self`` to the replica), or on an instance, for an app that runs
@@ -11,13 +12,11 @@ anywhere (:func:`standalone_app`: the tests, with a fake engine).
 """
 
 # No `from __future__ import annotations` here: FastAPI must resolve the route parameters' annotations.
-import asyncio
 import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import aclosing
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -25,16 +24,15 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from core.errors import InvalidRequestError, PayloadTooLargeError, PermissionDeniedError, ServingError
-from engines.protocol import Delta, TokenLogprob
-from serve_app import openapi_doc
+from engines.protocol import TokenLogprob
+from serve_app import choices, openapi_doc
+from serve_app.choices import Choices
 from serve_app.errors import error_body, error_response
 from serve_app.openai_format import DONE, ResponseShape, openai_finish_reason, sse
-from serve_app.pipeline import Flight, Inbound, Pipeline, RequestFailed
+from serve_app.pipeline import Inbound, Pipeline, RequestFailed
 from serve_app.stats_board import ReplicaReport
 
 logger = logging.getLogger("ray.serve")
-
-Run = AsyncGenerator[Delta, None]  # one request's Pipeline.run
 
 
 def new_app() -> FastAPI:
@@ -137,36 +135,18 @@ class HttpRoutes:
     async def _generate(self, request: Request, *, chat: bool) -> Response:
         pipe = self._pipeline
         flight = pipe.flight(self._request_id(request.headers))
-        body_once: list[Any] = []  # the body, read once: every choice of an n > 1 request starts from it
-
-        async def read_body() -> Any:
-            if not body_once:
-                body_once.append(await self._read_json(request))
-            return body_once[0]
-
         inbound = Inbound(
             chat=chat,
             authorization=request.headers.get("authorization"),
             slo_headers=request.headers,
-            read_body=read_body,
+            read_body=lambda: self._read_json(request),
         )
-        flights, runs = [flight], [pipe.run(flight, inbound)]
         try:
-            firsts = [await anext(runs[0])]
-            req = flight.request
-            if req.n > 1:
-                more = await self._more_choices(flight, inbound, body_once[0], req.n)
-                flights += [f for f, _, _ in more]
-                runs += [r for _, r, _ in more]
-                firsts += [d for _, _, d in more]
+            started = await choices.start(pipe, flight, inbound)
         except RequestFailed as failure:
-            await _end(flights, runs, failure)
             logger.info("request %s rejected: %s %s", flight.request_id, failure.status, failure.error)
             return JSONResponse(failure.body, status_code=failure.status, headers={**failure.headers, **flight.headers})
-        except BaseException:  # cancelled: the client went away
-            await _end(flights, runs, None)
-            raise
-
+        req = flight.request
         shape = ResponseShape(
             id=("chatcmpl-" if chat else "cmpl-") + flight.request_id.removeprefix("req-"),
             model=req.model,
@@ -176,181 +156,72 @@ class HttpRoutes:
             tool_names=req.parsed_tool_names() if chat else None,  # tool_calls read back (serve_app/tool_calls.py)
         )
         echo = pipe.prompt_text(req.prompt) if not chat and req.echo else ""  # the prompt, before the completion
-        if len(flights) > 1:
-            if req.stream:
-                return StreamingResponse(
-                    self._relay_choices(flights, runs, firsts, shape, req.include_usage, echo),
-                    media_type="text/event-stream",
-                    headers={**flight.headers, "cache-control": "no-cache"},
-                )
-            return await self._collect_choices(flights, runs, firsts, shape, echo)
         if req.stream:
             return StreamingResponse(
-                self._relay(flight, runs[0], firsts[0], shape, req.include_usage, echo),
+                self._relay(started, shape, req.include_usage, echo),
                 media_type="text/event-stream",
                 headers={**flight.headers, "cache-control": "no-cache"},
             )
-        return await self._collect(flight, runs[0], firsts[0], shape, echo)
-
-    async def _more_choices(
-        self, flight: Flight, inbound: Inbound, body: dict, n: int
-    ) -> list[tuple[Flight, Run, Delta]]:
-        """Choices 1..n-1 of a request whose choice 0 has its first token: each its own request through the
-        pipeline (routed, admitted against the key's limits, its own engine request), started together. A seed is
-        offset by the choice's index, or every choice would be the same text. All of them, or the first failure
-        (the ones started are ended by it)."""
-        pipe = self._pipeline
-        extra = [pipe.flight(f"{flight.request_id}-{i}") for i in range(1, n)]
-
-        def body_of(i: int) -> dict:
-            seed = body.get("seed")
-            return {**body, "seed": seed + i} if type(seed) is int else body
-
-        runs = [pipe.run(f, inbound.with_body(body_of(i))) for i, f in enumerate(extra, start=1)]
-        try:
-            firsts = await asyncio.gather(*(_first(r) for r in runs), return_exceptions=True)
-        except BaseException:  # cancelled: the client went away
-            await _end(extra, runs, None)
-            raise
-        failure = next((r for r in firsts if isinstance(r, BaseException)), None)
-        if failure is not None:
-            await _end(extra, runs, failure if isinstance(failure, RequestFailed) else None)
-            raise failure
-        return list(zip(extra, runs, firsts, strict=True))  # type: ignore[arg-type]
+        return await self._collect(started, shape, echo)
 
     async def _relay(
-        self, flight: Flight, run: Run, first: Delta, shape: ResponseShape, include_usage: bool, echo: str
+        self, started: Choices, shape: ResponseShape, include_usage: bool, echo: str
     ) -> AsyncIterator[bytes]:
-        async with aclosing(run):
-            try:
-                if echo:
-                    yield shape.sse_chunk(echo, None)
-                if first.readable:
-                    yield shape.sse_chunk(first.text, openai_finish_reason(first.finish_reason), first.logprobs)
-                # The finishing delta's chunk waits for the run to end (it returns right after yielding it) and
-                # leaves with the usage chunk and [DONE] as one write: each message costs the ingress a send and
-                # a loop turn whatever its size, and a stream of ~30 messages had three at its end.
-                tail = b""
-                async for delta in run:
-                    if delta.readable:
-                        chunk = shape.sse_chunk(delta.text, openai_finish_reason(delta.finish_reason), delta.logprobs)
-                        if delta.finish_reason is None:
-                            yield chunk
-                        else:
-                            tail = chunk
-                last = flight.last or first
-                if include_usage:
-                    tail += sse(shape.usage_chunk(last.prompt_tokens, last.completion_tokens, last.cached_tokens))
-                yield tail + DONE
-            except Exception as exc:  # after the first token: an error event, then [DONE]
-                failure = await self._pipeline.fail(flight, run, exc)  # aborted in the engine before the client is told
-                logger.warning("request %s failed mid-stream: %s", flight.request_id, failure.error)
-                yield sse(failure.body)
-                yield DONE
-
-    async def _collect(self, flight: Flight, run: Run, first: Delta, shape: ResponseShape, echo: str) -> Response:
-        parts = [echo, first.text]
-        logprobs: list[TokenLogprob] = list(first.logprobs or ())
-        try:
-            async with aclosing(run):
-                async for delta in run:
-                    parts.append(delta.text)
-                    logprobs.extend(delta.logprobs or ())
-        except RequestFailed as failure:
-            return JSONResponse(failure.body, status_code=failure.status, headers=failure.headers)
-        last = flight.last or first
-        body = shape.full(
-            "".join(parts),
-            openai_finish_reason(last.finish_reason),
-            last.prompt_tokens,
-            last.completion_tokens,
-            logprobs,
-            last.cached_tokens,
-        )
-        return JSONResponse(body, headers=flight.headers)
-
-    async def _relay_choices(
-        self,
-        flights: list[Flight],
-        runs: list[Run],
-        firsts: list[Delta],
-        shape: ResponseShape,
-        include_usage: bool,
-        echo: str,
-    ) -> AsyncIterator[bytes]:
-        """``_relay`` for n > 1: every choice's chunks as they come, each with its index; one error ends them all."""
-        queue: asyncio.Queue[tuple[int, Delta | RequestFailed | None]] = asyncio.Queue()
-
-        async def pump(index: int) -> None:
-            try:
-                async with aclosing(runs[index]) as run:
-                    async for delta in run:
-                        await queue.put((index, delta))
-                await queue.put((index, None))
-            except RequestFailed as failure:
-                await queue.put((index, failure))
-
-        for index, first in enumerate(firsts):
-            queue.put_nowait((index, first))
-        tasks = [asyncio.ensure_future(pump(i)) for i in range(len(flights))]
+        """The SSE stream: every choice's chunks as they come, each with its index; an error after the first
+        token is an error event, then [DONE]."""
         try:
             if echo:
-                for index in range(len(flights)):
+                for index in range(len(started)):
                     yield shape.sse_chunk(echo, None, None, index)
-            running = len(flights)
-            while running:
-                index, item = await queue.get()
-                if item is None:
-                    running -= 1
+            # The finishing chunk of the last choice to finish waits for the runs to end (each returns right after
+            # yielding it) and leaves with the usage chunk and [DONE] as one write: each message costs the ingress a
+            # send and a loop turn whatever its size, and a stream of ~30 messages had three at its end.
+            tail, unfinished = b"", len(started)
+            async for index, delta in started.deltas():
+                if not delta.readable:
                     continue
-                if isinstance(item, RequestFailed):
-                    raise item
-                if item.readable:
-                    yield shape.sse_chunk(item.text, openai_finish_reason(item.finish_reason), item.logprobs, index)
-            tail = b""  # one write, as in _relay
+                chunk = shape.sse_chunk(delta.text, openai_finish_reason(delta.finish_reason), delta.logprobs, index)
+                if delta.finish_reason is not None:
+                    unfinished -= 1
+                    if not unfinished:
+                        tail = chunk
+                        continue
+                yield chunk
             if include_usage:
-                lasts = [f.last or d for f, d in zip(flights, firsts, strict=True)]
-                completion = sum(d.completion_tokens for d in lasts)
-                tail = sse(shape.usage_chunk(lasts[0].prompt_tokens, completion, lasts[0].cached_tokens))
+                usage = started.usage()
+                tail += sse(shape.usage_chunk(usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens))
             yield tail + DONE
         except Exception as exc:  # after the first token: an error event, then [DONE]
-            failure = exc if isinstance(exc, RequestFailed) else self._pipeline.failure(exc)
-            await _stop(flights, tasks, failure)  # every choice aborted in its engine before the client is told
-            logger.warning("request %s failed mid-stream: %s", flights[0].request_id, failure.error)
+            failure = await started.fail(exc)  # every choice aborted in its engine before the client is told
+            logger.warning("request %s failed mid-stream: %s", started.flight.request_id, failure.error)
             yield sse(failure.body)
             yield DONE
         finally:
-            await _stop(flights, tasks, None)
+            await started.close()
 
-    async def _collect_choices(
-        self, flights: list[Flight], runs: list[Run], firsts: list[Delta], shape: ResponseShape, echo: str
-    ) -> Response:
-        """``_collect`` for n > 1: every choice whole, in one response."""
-
-        async def one(index: int) -> tuple[str, Delta, list[TokenLogprob]]:
-            first = firsts[index]
-            parts, logprobs = [echo, first.text], list(first.logprobs or ())
-            async with aclosing(runs[index]) as run:
-                async for delta in run:
-                    parts.append(delta.text)
-                    logprobs.extend(delta.logprobs or ())
-            return "".join(parts), flights[index].last or first, logprobs
-
-        tasks = [asyncio.ensure_future(one(i)) for i in range(len(flights))]
+    async def _collect(self, started: Choices, shape: ResponseShape, echo: str) -> Response:
+        """The whole response: every choice's text in one body."""
+        texts: list[list[str]] = [[echo] for _ in range(len(started))]
+        logprobs: list[list[TokenLogprob]] = [[] for _ in range(len(started))]
         try:
-            results = list(await asyncio.gather(*tasks))
+            async for index, delta in started.deltas():
+                texts[index].append(delta.text)
+                logprobs[index].extend(delta.logprobs or ())
         except RequestFailed as failure:
-            await _stop(flights, tasks, failure)  # gather leaves the others running
             return JSONResponse(failure.body, status_code=failure.status, headers=failure.headers)
         finally:
-            await _stop(flights, tasks, None)
+            await started.close()
+        usage = started.usage()
         body = shape.full_choices(
-            [(text, openai_finish_reason(last.finish_reason), logprobs) for text, last, logprobs in results],
-            results[0][1].prompt_tokens,
-            sum(last.completion_tokens for _, last, _ in results),
-            results[0][1].cached_tokens,
+            [
+                ("".join(parts), openai_finish_reason(last.finish_reason), lps)
+                for parts, last, lps in zip(texts, started.lasts(), logprobs, strict=True)
+            ],
+            usage.prompt_tokens,
+            usage.completion_tokens,
+            usage.cached_tokens,
         )
-        return JSONResponse(body, headers=flights[0].headers)
+        return JSONResponse(body, headers=started.flight.headers)
 
     # ------------------------------------------------------------------ checks
 
@@ -369,28 +240,6 @@ class HttpRoutes:
             return json.loads(b"".join(chunks))
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise InvalidRequestError(f"The request body is not valid JSON: {e}") from None
-
-
-async def _first(run: Run) -> Delta:
-    return await anext(run)
-
-
-async def _end(flights: list[Flight], runs: list[Run], failure: RequestFailed | None) -> None:
-    """Ends runs still held (suspended at a delta): by ``failure`` (a sibling's), else as abandoned by the client.
-    A run that has already ended is left as it ended."""
-    for flight, run in zip(flights, runs, strict=True):
-        flight.ended_by = failure
-        await run.aclose()
-
-
-async def _stop(flights: list[Flight], tasks: Sequence[asyncio.Future], failure: RequestFailed | None) -> None:
-    """Cancels the tasks iterating the choices' runs and waits until they are released (``_end``'s rule)."""
-    for flight, task in zip(flights, tasks, strict=True):
-        if not task.done():
-            if flight.ended_by is None:
-                flight.ended_by = failure
-            task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 # The routes, as (HTTP method, path, HttpRoutes method name).

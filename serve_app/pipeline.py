@@ -6,11 +6,13 @@ admit against the key's limits -> open the route ticket -> dispatch to the varia
 (the latency models learn), metrics, the key's slot and, for anything but a success, the engine stream's cancel,
 which aborts the request inside the engine.
 
-``Pipeline.run`` is that whole life as one async generator of deltas: a route (``http_routes.py``,
-``grpc_routes.py``) iterates it and only reads its protocol's request and writes its protocol's stream. How the
-generator ends is how the request ended: it returns (a success), it raises :class:`RequestFailed` (the error,
-translated once, already released: the route tells its client), or the route closes it or is cancelled (the
-client went away: released as cancelled, unless a sibling choice's failure ended it, ``Flight.ended_by``).
+``Pipeline.run`` is that whole life as one async generator of deltas. How the generator ends is how the request
+ended: it returns (a success), it raises :class:`RequestFailed` (the error, translated once, already released: the
+route tells its client), or it is closed or cancelled (the client went away: released as cancelled, unless a
+sibling choice's failure or the route's own error ended it, ``Flight.ended_by``). A route (``http_routes.py``,
+``grpc_routes.py``) does not iterate it itself: ``choices.py`` runs one per choice of the request (``n``) and hands
+the route every choice's deltas, so that a route only reads its protocol's request and writes its protocol's
+stream.
 
 Nothing here needs Ray: the engine handles, the clock, the key store, the limits, the routing table and the
 metrics are given to it (``ingress.py`` gives Serve's; ``tests/serve_app/test_pipeline.py`` fakes the engine).
@@ -68,7 +70,7 @@ class Inbound:
     read_body: Callable[[], Awaitable[Any]]  # the body as the HTTP API's JSON (parsed, not yet validated)
 
     def with_body(self, body: Any) -> Inbound:
-        """This request with ``body`` in hand (gRPC's, an extra choice's): read when the pipeline asks for it."""
+        """This request with ``body`` in hand (an extra choice's, ``choices.py``): read when the pipeline asks."""
 
         async def read_body() -> Any:
             return body
@@ -108,8 +110,8 @@ class Flight:
     recorder: RequestRecorder | None = None  # once routed
     stream: Any = None  # the variant's stream of deltas (Serve's DeploymentResponseGenerator)
     last: Delta | None = None  # the latest delta the pipeline handed on
-    # A sibling choice's failure (n > 1) that ended this request: it is then released with that status, not as
-    # abandoned by the client.
+    # The failure that ended this request from outside its run (a sibling choice's, n > 1, or the route's own
+    # error; choices.py): it is then released with that status, not as abandoned by the client.
     ended_by: RequestFailed | None = None
     grpc: bool = False  # carried by gRPC: counted in the metrics by its gRPC status (serve_app/metrics.py)
 
@@ -174,9 +176,11 @@ class Pipeline:
         """A completion prompt as text (``echo``)."""
         return self._prompts.text(prompt)
 
-    def flight(self, request_id: str) -> Flight:
+    def flight(self, request_id: str, *, grpc: bool = False) -> Flight:
+        """A request that has just arrived, its time limit counted from now; ``grpc``: carried by gRPC."""
         now = self._clock()
-        return Flight(request_id=request_id, deadline=now + self.config.limits.request_timeout_s, arrived_at=now)
+        deadline = now + self.config.limits.request_timeout_s
+        return Flight(request_id=request_id, deadline=deadline, arrived_at=now, grpc=grpc)
 
     def failure(self, exc: BaseException) -> RequestFailed:
         """``exc`` translated once: an engine's error unwrapped from its transport, a timeout as the project's."""
@@ -186,15 +190,6 @@ class Pipeline:
         if isinstance(error, TimeoutError):
             error = RequestTimeoutError("The request ran past this endpoint's time limit and was stopped.")
         return RequestFailed(error)
-
-    async def fail(self, flight: Flight, run: AsyncGenerator[Delta, None], exc: Exception) -> RequestFailed:
-        """The failure that ended ``run``: its own (a :class:`RequestFailed`), or an error of the route's own while
-        it held the request, which ends the run with it (released, the engine request aborted)."""
-        if isinstance(exc, RequestFailed):
-            return exc
-        flight.ended_by = failure = self.failure(exc)
-        await run.aclose()
-        return failure
 
     # ------------------------------------------------------------------ one request's life
 

@@ -89,6 +89,21 @@ def llm_url(serve_url, default_app_args) -> str:
     return serve_url
 
 
+# Fixtures that start Ray (the shared cluster, or a cluster.local multi-node one): a test using any of them, directly
+# or through another fixture, belongs to the full suite only.
+_RAY_FIXTURES = frozenset({"ray_cluster"})
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Marks ``slow`` every test that starts Ray (through a fixture, or marked ``serve`` / ``multinode``): the fast
+    lane, ``pytest -m "not slow"``, is the rest (no cluster, no model beyond the builtin tiny one)."""
+    for item in items:
+        if _RAY_FIXTURES.intersection(getattr(item, "fixturenames", ())) or any(
+            item.get_closest_marker(name) for name in ("serve", "multinode")
+        ):
+            item.add_marker(pytest.mark.slow)
+
+
 def pytest_report_collectionfinish(config) -> str | None:
     """The test order's seed (pytest-randomly), shown under -q too (CI): ``pytest --randomly-seed=N`` repeats it."""
     if not config.pluginmanager.hasplugin("randomly") or not config.getoption("randomly_reorganize"):

@@ -54,6 +54,7 @@ def test_unknown_builtin_names_the_name_and_the_known_ones():
     assert info.value.param == "model"
 
 
+@pytest.mark.slow  # starts a process or loads a model: the full suite only
 @pytest.mark.parametrize("name", ["tiny", "small"])
 def test_loads_offline_through_from_pretrained(name, tiny_dir, small_dir):
     path = {"tiny": tiny_dir, "small": small_dir}[name]
@@ -118,6 +119,7 @@ def test_chat_template(tiny_dir):
         tok.apply_chat_template([{"role": "tool", "content": "x"}], tokenize=False)
 
 
+@pytest.mark.slow  # starts a process or loads a model: the full suite only
 def test_concurrent_resolves_build_once_and_atomically(tmp_path, monkeypatch):
     monkeypatch.setenv("VARIANT_SERVE_CACHE", str(tmp_path))
     results: list[str] = []
@@ -132,6 +134,7 @@ def test_concurrent_resolves_build_once_and_atomically(tmp_path, monkeypatch):
     assert {"config.json", "model.safetensors", "tokenizer.json"} <= {p.name for p in Path(results[0]).iterdir()}
 
 
+@pytest.mark.slow  # starts a process or loads a model: the full suite only
 def test_generation_is_deterministic(tmp_path, monkeypatch):
     builds = []
     for run in ("a", "b"):

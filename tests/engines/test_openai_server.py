@@ -105,6 +105,7 @@ def request(tokenizer, text: str = "The quick brown fox", **sampling) -> Generat
     return GenerationRequest(f"req-{time.monotonic_ns()}", ids, SamplingParams(**sampling))
 
 
+@pytest.mark.slow  # starts a process or loads a model: the full suite only
 async def test_streams_deltas_from_the_sidecar(sidecar, tokenizer):
     deltas = [d async for d in sidecar.generate(request(tokenizer, max_tokens=24))]
     assert deltas[-1].finish_reason == FINISH_LENGTH
@@ -116,6 +117,7 @@ async def test_streams_deltas_from_the_sidecar(sidecar, tokenizer):
     assert sidecar.process is not None and sidecar.process.poll() is None
 
 
+@pytest.mark.slow  # starts a process or loads a model: the full suite only
 async def test_stop_string_is_cut_and_never_leaks(sidecar, tokenizer):
     full = "".join([d.text async for d in sidecar.generate(request(tokenizer, max_tokens=24))])
     stop = full[8:11]  # greedy decoding: the same text comes again
@@ -125,12 +127,14 @@ async def test_stop_string_is_cut_and_never_leaks(sidecar, tokenizer):
     assert deltas[-1].finish_reason == FINISH_STOP
 
 
+@pytest.mark.slow  # starts a process or loads a model: the full suite only
 async def test_non_standard_sampling_fields_are_refused_before_the_server(sidecar, tokenizer):
     with pytest.raises(InvalidRequestError) as err:
         await anext(sidecar.generate(request(tokenizer, max_tokens=4, top_k=5)))
     assert err.value.param == "top_k"
 
 
+@pytest.mark.slow  # starts a process or loads a model: the full suite only
 async def test_the_servers_4xx_is_an_invalid_request(endless_model, sidecar, tokenizer):
     # Same server, reached by URL, this time sending the extensions transformers serve refuses (422).
     engine = make_engine(sidecar_config(endless_model, url=sidecar.base_url, sampling_extensions=True))
@@ -142,6 +146,7 @@ async def test_the_servers_4xx_is_an_invalid_request(endless_model, sidecar, tok
     await sidecar.check_health()  # closing a URL engine leaves the server alone
 
 
+@pytest.mark.slow  # starts a process or loads a model: the full suite only
 async def test_cancelling_the_stream_ends_the_request_in_the_sidecar(sidecar, tokenizer):
     server = psutil.Process(sidecar.process.pid)
     stream = sidecar.generate(request(tokenizer, max_tokens=30_000, temperature=1.0))
@@ -156,6 +161,7 @@ async def test_cancelling_the_stream_ends_the_request_in_the_sidecar(sidecar, to
     assert sidecar.stats().running_requests == 0
 
 
+@pytest.mark.slow  # starts a process or loads a model: the full suite only
 async def test_a_sidecar_killed_mid_stream_fails_the_stream_and_the_health_check(endless_model, tokenizer):
     engine = make_engine(sidecar_config(endless_model))
     await engine.start()
@@ -176,6 +182,7 @@ async def test_a_sidecar_killed_mid_stream_fails_the_stream_and_the_health_check
         await engine.shutdown()
 
 
+@pytest.mark.slow  # starts a process or loads a model: the full suite only
 async def test_a_server_that_exits_while_starting_is_a_config_error_with_its_output(tmp_path):
     crash = [sys.executable, "-c", "import sys; print('CUDA error: no GPU found', file=sys.stderr); sys.exit(3)"]
     engine = make_engine(OpenAIServerEngineConfig(model=str(tmp_path / "absent"), command=crash))
@@ -351,6 +358,7 @@ def metrics_server(content_type: str, body: str) -> ServerThread:
     [("text/plain", VLLM_METRICS, 1000, 0), ("application/json", json.dumps(IDLE_ITERATION_STATS), 500, 64)],
     ids=["vllm", "trtllm-serve"],
 )
+@pytest.mark.slow  # starts a process or loads a model: the full suite only
 async def test_what_the_server_says_of_its_capacity_is_known_when_start_returns(
     content_type, body, kv_total, max_running
 ):

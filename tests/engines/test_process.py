@@ -101,6 +101,7 @@ def test_deltas_and_errors_cross_the_wire_intact():
     assert isinstance(portable_error(Local("x")), EngineDeadError)
 
 
+@pytest.mark.slow  # starts a process or loads a model: the full suite only
 async def test_starts_a_child_with_the_configured_threads(engine):
     assert engine.child_pid != os.getpid()
     assert psutil.Process(engine.child_pid).ppid() == os.getpid()
@@ -109,6 +110,7 @@ async def test_starts_a_child_with_the_configured_threads(engine):
     await engine.check_health()
 
 
+@pytest.mark.slow  # starts a process or loads a model: the full suite only
 async def test_greedy_output_equals_the_in_process_engine(engine):
     local = HFEngine(CONFIG.model_copy(update={"engine_process": False}))
     await local.start()
@@ -125,6 +127,7 @@ async def test_greedy_output_equals_the_in_process_engine(engine):
         await local.shutdown()
 
 
+@pytest.mark.slow  # starts a process or loads a model: the full suite only
 async def test_concurrent_streams_complete_with_their_lengths(engine):
     prompt = _tokenizer().encode("Hello")
     lengths = [8 + i for i in range(12)]
@@ -141,6 +144,7 @@ async def test_concurrent_streams_complete_with_their_lengths(engine):
     await _wait_idle(engine)
 
 
+@pytest.mark.slow  # starts a process or loads a model: the full suite only
 async def test_closing_a_stream_aborts_it_in_the_child(engine):
     prompt = _tokenizer().encode("Once")
     stream = engine.generate(_request(prompt, rid="close-me", max_tokens=900, ignore_eos=True))
@@ -158,6 +162,7 @@ async def test_closing_a_stream_aborts_it_in_the_child(engine):
     await _wait_idle(engine)
 
 
+@pytest.mark.slow  # starts a process or loads a model: the full suite only
 async def test_task_cancellation_aborts_the_request_in_the_child(engine):
     prompt = _tokenizer().encode("Once")
     started = asyncio.Event()
@@ -176,6 +181,7 @@ async def test_task_cancellation_aborts_the_request_in_the_child(engine):
     await _wait_idle(engine)
 
 
+@pytest.mark.slow  # starts a process or loads a model: the full suite only
 async def test_errors_raised_in_the_child_keep_their_type_and_fields(engine):
     too_long = [300] * (engine.context_length + 1)
     with pytest.raises(ContextTooLongError, match="context length") as info:
@@ -191,6 +197,7 @@ async def test_errors_raised_in_the_child_keep_their_type_and_fields(engine):
     await _wait_idle(engine)
 
 
+@pytest.mark.slow  # starts a process or loads a model: the full suite only
 async def test_the_child_s_limits_are_known_as_soon_as_start_returns():
     """The ready message carries the started engine's stats: no wait for the first push, nor a first request."""
     eng = ProcessEngine(CONFIG)
@@ -205,6 +212,7 @@ async def test_the_child_s_limits_are_known_as_soon_as_start_returns():
         await eng.shutdown()
 
 
+@pytest.mark.slow  # starts a process or loads a model: the full suite only
 async def test_a_start_error_in_the_child_surfaces_with_its_message():
     eng = ProcessEngine(HFEngineConfig(model="builtin:no-such-model", device="cpu"))
     with pytest.raises(ModelNotFoundError, match="no-such-model"):
@@ -214,6 +222,7 @@ async def test_a_start_error_in_the_child_surfaces_with_its_message():
         await eng.check_health()
 
 
+@pytest.mark.slow  # starts a process or loads a model: the full suite only
 async def test_a_killed_child_fails_open_streams_new_requests_and_the_health_check():
     eng = ProcessEngine(CONFIG)
     await eng.start()
@@ -234,6 +243,7 @@ async def test_a_killed_child_fails_open_streams_new_requests_and_the_health_che
         await eng.shutdown()
 
 
+@pytest.mark.slow  # starts a process or loads a model: the full suite only
 async def test_shutdown_ends_open_streams_and_leaves_no_child():
     eng = ProcessEngine(CONFIG)
     await eng.start()
@@ -265,6 +275,7 @@ asyncio.run(main())
 """
 
 
+@pytest.mark.slow  # starts a process or loads a model: the full suite only
 def test_the_child_exits_when_its_parent_is_killed(tmp_path):
     import subprocess
     import sys
@@ -289,6 +300,7 @@ def test_the_child_exits_when_its_parent_is_killed(tmp_path):
         time.sleep(0.1)
 
 
+@pytest.mark.slow  # starts a process or loads a model: the full suite only
 async def test_the_replica_side_sends_a_stream_once_per_interval_with_everything_the_child_sent():
     from engines.config import EmulatedEngineConfig
 
@@ -308,6 +320,7 @@ async def test_the_replica_side_sends_a_stream_once_per_interval_with_everything
     assert text == _tokenizer().decode(ids, skip_special_tokens=True)
 
 
+@pytest.mark.slow  # starts a process or loads a model: the full suite only
 async def test_the_prefix_cache_s_figures_and_events_cross_from_the_child(engine):
     import random
 

@@ -63,6 +63,7 @@ def test_ports_a_parent_process_isolated_for_its_own_cluster_are_chosen_anew():
     assert env == chosen
 
 
+@pytest.mark.slow  # starts a process or loads a model: the full suite only
 def test_variant_serve_is_serves_own_cli():
     out = subprocess.run(
         [sys.executable, "-m", "serve_app.fast_path", "run", "--help"], capture_output=True, text=True, timeout=120

@@ -85,6 +85,19 @@ def test_chat_messages_stream(stub):
     assert messages[-1].usage.completion_tokens >= 1
 
 
+def test_n_choices_stream_each_with_its_index(stub):
+    messages, error = _generate(stub, model=MODEL, prompt="Once upon", max_tokens=5, n=3, ignore_eos=True)
+    assert error is None, error
+    texts: dict[int, str] = {}
+    for m in messages:
+        texts[m.index] = texts.get(m.index, "") + m.text
+    assert sorted(texts) == [0, 1, 2] and all(texts.values())
+    assert sorted(m.index for m in messages if m.finish_reason) == [0, 1, 2]  # each choice finishes once
+    last = messages[-1]
+    assert last.usage.completion_tokens == 3 * 5  # every choice's tokens, on the stream's last message
+    assert last.route.variant and last.request_id
+
+
 def test_models_lists_the_public_model_and_variants(stub, default_app_args):
     models = stub.Models(llm_pb2.ModelsRequest(), metadata=APP, timeout=60).models
     assert [m.id for m in models] == [MODEL] + [v["name"] for v in default_app_args["variants"]]

@@ -7,6 +7,7 @@ import pytest
 from core.errors import InvalidRequestError
 from engines.protocol import Delta
 from router import Prediction
+from serve_app.choices import Usage
 from serve_app.grpc_api import llm_pb2
 from serve_app.grpc_format import (
     delta_message,
@@ -36,6 +37,7 @@ def test_every_sampling_field_reaches_the_body():
         top_p=0.5,
         top_k=4,
         seed=11,
+        n=2,
         stop=["\n"],
         stop_token_ids=[2],
         ignore_eos=True,
@@ -50,6 +52,7 @@ def test_every_sampling_field_reaches_the_body():
         "top_p": 0.5,
         "top_k": 4,
         "seed": 11,
+        "n": 2,
         "stop": ["\n"],
         "stop_token_ids": [2],
         "ignore_eos": True,
@@ -97,10 +100,11 @@ def test_errors_about_slo_headers_name_the_field():
 
 def test_the_last_message_carries_usage_route_and_request_id():
     last = Delta(text="end", token_ids=[5, 6], finish_reason="length", prompt_tokens=3, completion_tokens=8)
-    message = finish(
-        delta_message(last), "req-1", last, "tiny", "slo_met_best_quality", Prediction(120.0, 9.5, meets_slo=True)
-    )
+    usage = Usage(prompt_tokens=3, completion_tokens=8, cached_tokens=None)
+    prediction = Prediction(120.0, 9.5, meets_slo=True)
+    message = finish(delta_message(last, 1), "req-1", usage, "tiny", "slo_met_best_quality", prediction)
     assert (message.text, list(message.token_ids), message.finish_reason) == ("end", [5, 6], "length")
+    assert message.index == 1
     assert (message.usage.prompt_tokens, message.usage.completion_tokens, message.usage.total_tokens) == (3, 8, 11)
     assert (message.route.variant, message.route.reason) == ("tiny", "slo_met_best_quality")
     assert (message.route.predicted_ttft_ms, message.route.predicted_tpot_ms) == (120.0, 9.5)

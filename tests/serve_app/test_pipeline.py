@@ -73,7 +73,7 @@ async def test_the_replica_our_request_router_chose_is_named_in_the_response():
     h = harness(lambda r: answer(2))
     named = h.pipeline.flight("req-named")
     # What LeastPrefillRequestRouter.on_request_routed notes when the handle sends the generate call.
-    replica_router._note_served_by("req-named", "replica-7")
+    replica_router.CHOICE_STATE.note_served_by("req-named", "replica-7")
     await _all(h.pipeline.run(named, _inbound(_body())))
     assert named.headers["x-route-replica"] == "replica-7"
     assert "x-route-ingress" not in named.headers  # a pipeline not told its ingress's name
@@ -223,16 +223,6 @@ async def test_a_replica_lost_before_the_first_token_is_sent_once_more():
     assert deltas[-1].completion_tokens == 2
     assert len(h.streams()) == 2 and h.streams()[0].cancelled
     assert h.metrics.requests_by_status() == {"200": 1}
-
-
-async def test_a_route_error_while_holding_the_request_ends_it_as_a_failure():
-    h = harness(lambda r: answer(8))
-    flight = h.pipeline.flight("req-1")
-    run = h.pipeline.run(flight, _inbound(_body()))
-    await anext(run)
-    failure = await h.pipeline.fail(flight, run, ValueError("a bug in the route"))
-    assert failure.status == 500 and failure.body["error"]["code"] == "internal_error"
-    _released(h, "500", cancelled=True)
 
 
 async def test_chat_goes_through_the_template_and_the_prompt_is_counted():

@@ -7,7 +7,10 @@ import json
 import subprocess
 import sys
 
+import pytest
 
+
+@pytest.mark.slow  # starts a process or loads a model: the full suite only
 def test_importing_it_freezes_what_the_process_allocated_before():
     script = (
         "import gc, json; import ray.serve, serve_app.app; before = gc.get_freeze_count(); "

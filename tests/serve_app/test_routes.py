@@ -88,6 +88,22 @@ def test_n_choices_stream_each_with_its_index():
     _done(h, {"200": 2}, cancelled=False)
 
 
+def test_n_choices_whole_or_streamed_count_the_prompt_once_and_every_choices_tokens():
+    h = harness(lambda r: answer(3))
+    with _client(h) as c:
+        body = {"model": MODEL, "prompt": "Hi", "max_tokens": 3, "n": 2}
+        whole = c.post("/v1/completions", json=body).json()
+        streamed = c.post("/v1/completions", json={**body, "stream": True, "stream_options": {"include_usage": True}})
+    assert [(x["index"], x["text"], x["finish_reason"]) for x in whole["choices"]] == [
+        (0, "ababab", "length"),
+        (1, "ababab", "length"),
+    ]
+    usage = {"prompt_tokens": 3, "completion_tokens": 6, "total_tokens": 9}
+    assert whole["usage"] == usage
+    assert json.loads(_events(streamed.text)[-2])["usage"] == usage
+    _done(h, {"200": 4}, cancelled=False)
+
+
 @pytest.mark.parametrize(
     ("content", "status", "param"),
     [

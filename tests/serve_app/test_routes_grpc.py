@@ -79,6 +79,15 @@ async def test_a_bad_request_is_invalid_argument_naming_the_field():
     assert _grpc_requests(h) == {"INVALID_ARGUMENT": 1}
 
 
+async def test_n_is_checked_like_the_http_field():
+    h = harness()
+    context = _Context()
+    request = llm_pb2.GenerateRequest(model="local-llama", prompt="Hi", n=9)  # at most 8 (openai_api.MAX_CHOICES)
+    await _generate(GrpcRoutes(h.pipeline), request, context)
+    assert (context.code, context.trailing["error-param"]) == (grpc.StatusCode.INVALID_ARGUMENT, "n")
+    assert h.streams() == []
+
+
 async def test_a_missing_key_is_unauthenticated_on_generate_and_models():
     h = harness(auth={"keys": [{"name": "team", "key": KEY}]})
     routes = GrpcRoutes(h.pipeline)
@@ -113,4 +122,51 @@ async def test_a_cancelled_call_releases_the_request():
     await anext(messages)
     await messages.aclose()  # Serve closes the stream when the client cancels
     assert h.inflight() == 0 and _grpc_requests(h) == {"CANCELLED": 1}
+    assert all(s.cancelled for s in h.streams())
+
+
+async def test_n_choices_stream_each_with_its_index_and_the_last_message_has_the_requests_usage():
+    h = harness(lambda r: answer(3))
+    request = llm_pb2.GenerateRequest(model="local-llama", prompt="Hi", max_tokens=3, n=2)
+    messages = await _generate(GrpcRoutes(h.pipeline), request, _Context())
+    by_index: dict[int, str] = {}
+    for m in messages:
+        by_index[m.index] = by_index.get(m.index, "") + m.text
+    assert by_index == {0: "ababab", 1: "ababab"}
+    assert sorted(m.index for m in messages if m.finish_reason) == [0, 1]  # each choice finishes once
+    last = messages[-1]
+    assert (last.usage.prompt_tokens, last.usage.completion_tokens) == (3, 6)  # the prompt once, both choices
+    assert last.route.variant and last.request_id and not any(m.request_id for m in messages[:-1])
+    assert h.inflight() == 0 and _grpc_requests(h) == {"OK": 2}
+
+
+async def test_an_engine_error_mid_stream_of_n_choices_ends_every_choice_with_its_status():
+    h = harness(lambda r: [*answer(4)[:2], EngineDeadError("The engine stopped.")])
+    context = _Context()
+    request = llm_pb2.GenerateRequest(model="local-llama", prompt="Hi", max_tokens=4, n=2)
+    messages = await _generate(GrpcRoutes(h.pipeline), request, context)
+    assert context.code == grpc.StatusCode.UNAVAILABLE and messages[-1].finish_reason == "error"
+    assert h.inflight() == 0 and all(s.cancelled for s in h.streams())
+    assert _grpc_requests(h) == {"UNAVAILABLE": 2}
+
+
+async def test_n_choices_over_the_keys_streams_are_one_status_and_every_choice_is_released():
+    h = harness(lambda r: answer(3), auth={"keys": [{"name": "team", "key": KEY, "max_concurrent_streams": 1}]})
+    context = _Context({"authorization": f"Bearer {KEY}"})
+    request = llm_pb2.GenerateRequest(model="local-llama", prompt="Hi", max_tokens=3, n=2)
+    messages = await _generate(GrpcRoutes(h.pipeline), request, context)
+    assert context.code == grpc.StatusCode.RESOURCE_EXHAUSTED and "retry-after" in context.trailing
+    assert [m.finish_reason for m in messages] == ["error"]
+    assert _grpc_requests(h) == {"RESOURCE_EXHAUSTED": 2}
+    assert h.streams_held() == {"team": 0} and all(s.cancelled for s in h.streams())
+
+
+async def test_a_cancelled_call_releases_every_choice():
+    h = harness(lambda r: answer(8))
+    messages = GrpcRoutes(h.pipeline).Generate(
+        llm_pb2.GenerateRequest(model="local-llama", prompt="Hi", max_tokens=8, n=2), _Context()
+    )
+    await anext(messages)
+    await messages.aclose()
+    assert h.inflight() == 0 and _grpc_requests(h) == {"CANCELLED": 2}
     assert all(s.cancelled for s in h.streams())
