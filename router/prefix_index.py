@@ -127,21 +127,22 @@ class PrefixIndex:
 
         Called per request for every variant: a replica that lacks the prompt's first block (most of them) costs
         one set lookup; only the others are bisected."""
+        out: dict[str, int] = {}
         if not hashes:
-            return {}
+            return out
         first = hashes[0]
-        # Comprehensions over the replicas: most hold none of the prompt, and this is the whole cost for them.
-        holding: list[tuple[str, Collection[int]]] = [
-            (replica, held) for replica, held in self._precise.items() if first in held
-        ]
-        if self._approximate:
-            for sent in self._approximate.values():
-                self._expire(sent, now)
-            holding += [(replica, sent) for replica, sent in self._approximate.items() if first in sent]
-        if not holding:
-            return {}
-        block, limit = self.block_tokens, max(prompt_tokens - 1, 0)
-        return {replica: min(matched_blocks(held, hashes) * block, limit) for replica, held in holding}
+        for replica, held in self._precise.items():
+            if first in held:
+                out[replica] = matched_blocks(held, hashes)
+        for replica, sent in self._approximate.items():
+            self._expire(sent, now)
+            if first in sent:
+                out[replica] = matched_blocks(sent, hashes)
+        if out:
+            block, limit = self.block_tokens, max(prompt_tokens - 1, 0)
+            for replica, blocks in out.items():
+                out[replica] = min(blocks * block, limit)
+        return out
 
     def size(self) -> IndexSize:
         return IndexSize(
