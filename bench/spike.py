@@ -96,13 +96,6 @@ def startup_concurrency(num_cpus: int, warm_workers: int) -> int:
     return max(1, min(multiprocessing.cpu_count(), num_cpus))
 
 
-def mean_startup_s(starts: Sequence[ReplicaStart], variant: str, since: float) -> float | None:
-    """Mean time a new replica of ``variant`` took to start (Serve's controller logs each: from its decision to
-    start one until the replica passed its first health check), over the starts after ``since`` (epoch s)."""
-    times = [s.total_s for s in starts if s.app == APP and s.deployment == f"variant-{variant}" and s.wall_time > since]
-    return sum(times) / len(times) if times else None
-
-
 def mean_of(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
 

@@ -7,7 +7,7 @@ variant and the reason, instead of a replica that stays PENDING forever.
 
 The check packs the replicas Serve starts at deploy time (fixed ``num_replicas``, or the autoscaling
 ``initial_replicas`` / ``min_replicas``) and the ingress replicas onto empty nodes, first-fit with the largest
-replicas first; each replica's bundles all go to one node (``cluster.placement``), and GPUs are handed out
+replicas first; each replica's bundles all go to one node (``serve_app.placement``), and GPUs are handed out
 per bundle as Ray does (whole GPUs for ``num_gpus >= 1``, a share of one GPU below 1). Then it adds replicas of
 each variant, the others held at their deploy counts, to find the most that fit. First-fit is a heuristic:
 when it reports a fit, the fit exists; in rare mixes of sizes an optimal packer could place more.
@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, Field
 
-from cluster.placement import ACCELERATOR_RESOURCE_PREFIX, replica_bundles, tensor_parallel_size
-from cluster.shape import ClusterShape, NodeShape, read_live_shape
+from cluster.shape import ClusterShape, NodeShape
 from core.errors import ConfigError
 from serve_app.config import AppConfig, VariantConfig
+from serve_app.placement import ACCELERATOR_RESOURCE_PREFIX, replica_bundles, tensor_parallel_size
 
 INGRESS = "ingress"
 _EPSILON = 1e-9
@@ -323,13 +323,3 @@ def ensure_feasible(config: AppConfig, shape: ClusterShape) -> FeasibilityReport
         lines = "\n".join(f"  {problem}" for problem in report.problems)
         raise ConfigError(f"the app's replicas cannot be placed on this cluster ({report.cluster}):\n{lines}")
     return report
-
-
-def ensure_feasible_on_live_cluster(config: AppConfig) -> FeasibilityReport:
-    """The deploy-time hook: :func:`ensure_feasible` against the running cluster's nodes (``ray.nodes()``).
-
-    Compares with the nodes' total resources, as if the cluster ran nothing else. Call it only where the
-    cluster does not grow by itself: under an autoscaler (``ray up``, KubeRay) nodes that do not exist yet
-    would be reported missing; check such a cluster against its largest shape with :func:`ensure_feasible`.
-    """
-    return ensure_feasible(config, read_live_shape())

@@ -27,8 +27,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from cluster.placement import accelerator_resource
 from serve_app.fast_path import HAPROXY_FIXED_PORTS, isolate_cluster_ports
+from serve_app.placement import accelerator_resource
 
 DEFAULT_STATE_FILE = Path(tempfile.gettempdir()) / f"variant-serve-local-cluster-{os.getuid()}.json"
 READY_TIMEOUT_S = 180.0

@@ -23,11 +23,11 @@ from typing import Any
 import yaml
 
 from cluster.feasibility import fits_all, max_replicas
-from cluster.placement import accelerator_resource
 from cluster.shape import ClusterShape, NodeShape
 from core.errors import ConfigError
 from serve_app.config import AppConfig, load_config_file
 from serve_app.fast_path import FAST_PATH_ENV
+from serve_app.placement import accelerator_resource
 
 RAY_VERSION = "2.60.0"
 DEFAULT_IMAGE = "variant-serve:0.1.0"

@@ -25,8 +25,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from cluster.placement import ACCELERATOR_RESOURCE_PREFIX, accelerator_resource
 from core.errors import ConfigError
+from serve_app.placement import ACCELERATOR_RESOURCE_PREFIX, accelerator_resource
 
 UNBOUNDED = math.inf
 _GROUP = re.compile(r"^(?P<count>\d+)x(?P<gpus>\d+)(?:x(?P<type>[A-Za-z0-9_.-]+))?(?::(?P<extra>.+))?$")

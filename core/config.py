@@ -14,3 +14,21 @@ class StrictModel(BaseModel):
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ConfigProblems(ValueError):
+    """Cross-field problems found by one model's validator, each at a path relative to that model.
+
+    Raised (as a ``ValueError``, so pydantic records it at the model's location) and expanded again by
+    ``serve_app.config.format_validation_error``, so that every problem is reported at its own field path.
+    """
+
+    def __init__(self, problems: list[tuple[str, str]]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(f"{path}: {message}" for path, message in problems))
+
+
+def raise_if_any(problems: list[tuple[str, str]]) -> None:
+    """Raises :class:`ConfigProblems` with ``problems`` (``(field path, message)`` pairs), if there are any."""
+    if problems:
+        raise ConfigProblems(problems)

@@ -1,6 +1,6 @@
 """The replica autoscaling policy: how many replicas a variant wants, from its engines' real load.
 
-Pure Python (no Ray): ``serve_app.autoscaling`` turns Ray Serve's ``AutoscalingContext`` into a
+Pure Python (no Ray): ``router.serve_autoscaling`` turns Ray Serve's ``AutoscalingContext`` into a
 :class:`ScalingContext` and calls :func:`desired_replicas` on every tick of Serve's control loop; the
 simulator calls the same function. Serve wraps the answer with its own upscale/downscale delays,
 scaling factors and min/max bounds, so this function only says *how many replicas the load asks for

@@ -38,6 +38,9 @@ SETUPS: dict[str, dict[str, object]] = {
 }
 Objective = Literal["quality", "cost"]
 OnViolation = Literal["degrade", "reject"]
+# How a request finds its replica within a variant: the least prompt work queued (serve_app/replica_router.py,
+# router.replica_backlog) or Serve's default power of two choices; the simulator models both.
+ReplicaChoice = Literal["least_prefill", "power_of_two"]
 
 
 class LatencyProfile(StrictModel):

@@ -424,19 +424,9 @@ class LatencyModel:
         """The learned cost of one prompt token's prefill on one replica, in ms."""
         return self._ttft.weights[1]
 
-    @property
-    def ttft_margin(self) -> float:
-        """How far above its TTFT predictions the outcomes go, as a fraction, at the tracked quantile: of the class of
-        prompt length with the most observations (for reports; the policy reads :meth:`ttft_margin_for`)."""
-        return max(self._ttft_errors, key=lambda e: e.count).value
-
-    @property
-    def tpot_margin(self) -> float:
-        """The same for TPOT."""
-        return max(self._tpot_errors, key=lambda e: e.count).value
-
     def ttft_margin_for(self, prompt_tokens: float) -> float:
-        """The TTFT margin of a ``prompt_tokens`` prompt's class of prompt length."""
+        """How far above its TTFT predictions the outcomes go, as a fraction, at the tracked quantile, for a
+        ``prompt_tokens`` prompt's class of prompt length."""
         return self._ttft_errors[margin_class(prompt_tokens)].value
 
     def tpot_margin_for(self, prompt_tokens: float) -> float:

@@ -1,59 +1,16 @@
-"""Ray Serve glue for the engine-load autoscaling policy (the decision itself is ``router.autoscaling``).
+"""The replica side of the engine-load autoscaling policy: each replica's recent latency, for the figures it reports.
 
-Two halves, one per side of Serve's autoscaling loop (Ray 2.60; these hooks are alpha there, hence
-the pinned Ray version):
-
-* **Replica side.** ``EngineDeployment.record_autoscaling_stats()`` returns :func:`engine_metrics`:
-  the engine's load figures and the replica's recent TTFT/TPOT (:class:`RecentLatency`). Serve calls
-  it every ``min(look_back_period_s * 0.2, metrics_interval_s)`` seconds, averages each figure over
-  ``look_back_period_s`` and pushes it to the controller every ``metrics_interval_s``.
-* **Controller side.** :class:`EngineLoadPolicy` is named in the deployment's
-  ``autoscaling_config.policy`` (``policy_function`` + ``policy_kwargs``, see
-  ``AutoscalingSpec.to_serve_autoscaling_config``). Serve instantiates it once with the kwargs and
-  calls it every control-loop tick with an ``AutoscalingContext``; it turns that into a
-  :class:`~router.autoscaling.ScalingContext` and returns what
-  :func:`~router.autoscaling.desired_replicas` decides, held for the upscale delay by the policy itself
-  (:func:`~router.autoscaling.held_upscale`: shorter while the SLO breaks; Serve's own upscale delay is
-  then 0). Serve then applies its downscale delay, scaling factors and min/max bounds to the answer, and
-  starts replicas at once when a variant at zero replicas has a request waiting at a handle.
-
-Serve pickles this module by value into its controller, so it imports nothing from Ray at module
-level and keeps its own helpers small.
+``EngineDeployment.record_autoscaling_stats()`` returns ``router.serve_autoscaling.engine_metrics`` of its engine's
+stats and its :class:`RecentLatency`; the policy that reads them in Serve's controller, and the variant's autoscaling
+config, are ``router.serve_autoscaling`` (Ray-free, so that the simulator runs them too).
 """
 
 from __future__ import annotations
 
-import logging
 import time
 from collections import deque
-from typing import Any
 
-from engines.protocol import Delta, EngineStats
-from router.autoscaling import (
-    ReplicaLoad,
-    ScalingContext,
-    ScalingTargets,
-    desired_replicas,
-    held_upscale,
-    scaled_ahead,
-    slo_breaking,
-)
-
-# Serve's own logger: the policy runs in the controller, whose log collects it.
-logger = logging.getLogger("ray.serve")
-
-# The figures a replica reports (Serve wants a flat dict of numbers); 0 latency means "no recent request".
-RUNNING = "engine_running_requests"
-QUEUED = "engine_queued_requests"
-QUEUED_PROMPT_TOKENS = "engine_queued_prompt_tokens"
-MAX_RUNNING = "engine_max_running_requests"
-KV_USED = "engine_kv_used_fraction"
-TTFT_MS = "engine_recent_ttft_ms"
-TPOT_MS = "engine_recent_tpot_ms"
-QUEUE_WAIT_MS = "engine_queue_wait_ms"
-# The same figure on every replica of a variant (the stats board's sum over ingresses): read once, not summed.
-REDIRECTED = "variant_redirected_requests"
-_LOAD_KEYS = (RUNNING, QUEUED, QUEUED_PROMPT_TOKENS, MAX_RUNNING, KV_USED)
+from engines.protocol import Delta
 
 
 class RecentLatency:
@@ -108,119 +65,3 @@ class RecentLatency:
                 samples.popleft()
             out.append(sum(v for _, v in samples) / len(samples) if samples else None)
         return out[0], out[1]
-
-
-def engine_metrics(stats: EngineStats, latency: RecentLatency, redirected: float = 0.0) -> dict[str, float]:
-    """What ``record_autoscaling_stats`` returns: the engine's load and the replica's recent latency.
-
-    TPOT is the engine's own decode pace (``recent_tpot_ms``: every running sequence's token gaps over
-    the last seconds) where the engine measures one, else the mean TPOT of the requests that finished
-    lately: the pace is live, while a long stream's TPOT arrives only at its end, too late to act on.
-    ``redirected``: the requests the ingresses redirected away from this variant (``router.redirect``), as the
-    stats board last told this replica.
-    """
-    ttft_ms, finished_tpot_ms = latency.means_ms()
-    tpot_ms = stats.recent_tpot_ms or finished_tpot_ms
-    return {
-        RUNNING: float(stats.running_requests),
-        QUEUED: float(stats.queued_requests),
-        QUEUED_PROMPT_TOKENS: float(stats.queued_prompt_tokens),
-        MAX_RUNNING: float(stats.max_running_requests),
-        KV_USED: stats.kv_used_fraction,
-        TTFT_MS: ttft_ms or 0.0,
-        TPOT_MS: tpot_ms or 0.0,
-        QUEUE_WAIT_MS: latency.oldest_wait_ms(),
-        REDIRECTED: float(redirected),
-    }
-
-
-def replica_load(metrics: dict[str, float]) -> ReplicaLoad:
-    """One replica's reported figures (as Serve aggregated them) as the policy's :class:`ReplicaLoad`."""
-    return ReplicaLoad(
-        running_requests=metrics[RUNNING],
-        queued_requests=metrics[QUEUED],
-        queued_prompt_tokens=metrics[QUEUED_PROMPT_TOKENS],
-        max_running_requests=metrics[MAX_RUNNING],
-        kv_used_fraction=metrics[KV_USED],
-        ttft_ms=metrics.get(TTFT_MS) or None,
-        tpot_ms=metrics.get(TPOT_MS) or None,
-        queue_wait_ms=metrics.get(QUEUE_WAIT_MS, 0.0),
-    )
-
-
-def scaling_context(ctx: Any) -> ScalingContext:
-    """Ray's ``AutoscalingContext`` as the policy's :class:`ScalingContext`.
-
-    Only running replicas that reported every load figure count as reporting; a replica that has just
-    started (or whose stats hook failed) is left to the policy, which treats it as idle capacity.
-    """
-    aggregated = ctx.aggregated_metrics or {}
-    loads = []
-    redirected = 0.0
-    for replica_id in ctx.running_replicas:
-        metrics = {name: values[replica_id] for name, values in aggregated.items() if replica_id in values}
-        if all(key in metrics for key in _LOAD_KEYS):
-            loads.append(replica_load(metrics))
-            redirected = max(redirected, metrics.get(REDIRECTED, 0.0))  # relayed by each replica: one figure
-    return ScalingContext(
-        current_replicas=ctx.current_num_replicas,
-        target_replicas=ctx.target_num_replicas,
-        min_replicas=ctx.capacity_adjusted_min_replicas,
-        max_replicas=ctx.capacity_adjusted_max_replicas,
-        replicas=loads,
-        handle_queued_requests=float(ctx.total_queued_requests or 0.0),
-        ongoing_requests=float(ctx.total_num_requests or 0.0),
-        redirected_requests=redirected,
-    )
-
-
-class EngineLoadPolicy:
-    """Serve's custom autoscaling policy for a variant: ``policy_kwargs`` are :class:`ScalingTargets`.
-
-    Its state is the recent demand (``(time, replicas asked)`` over ``trend_window_s``) for the predictive
-    term (``scale_ahead_s``) and when a pending rise began (the upscale delay it holds in place of Serve's:
-    ``held_upscale``); the time is the context's ``current_time`` (Serve's controller clock, or the simulator's).
-    """
-
-    def __init__(self, **targets: Any) -> None:
-        self.targets = ScalingTargets(**targets)
-        self._demand: deque[tuple[float, float]] = deque()
-        self._last_asked: int | None = None
-        self._rise_since: float | None = None
-
-    def __call__(self, ctx: Any) -> tuple[int, dict[str, Any]]:
-        scaling = scaling_context(ctx)
-        decision = desired_replicas(scaling, self.targets)
-        clock = getattr(ctx, "current_time", None)  # None: a context without Serve's clock
-        now = float(time.time() if clock is None else clock)
-        if self.targets.scale_ahead_s > 0 and scaling.current_replicas > 0:
-            self._demand.append((now, max(decision.by_signal.values(), default=0.0)))
-            while self._demand and self._demand[0][0] < now - self.targets.trend_window_s:
-                self._demand.popleft()
-            decision = scaled_ahead(decision, list(self._demand), scaling, self.targets)
-        breaking = slo_breaking(scaling, decision)
-        delay_s = self.targets.breaking_upscale_delay_s if breaking else self.targets.upscale_delay_s
-        replicas, self._rise_since = held_upscale(
-            decision.replicas, scaling.target_replicas, self._rise_since, now, delay_s
-        )
-        deployment = getattr(ctx, "deployment_name", None)  # None: not Serve's controller (the simulator's context)
-        if decision.replicas != self._last_asked and deployment is not None:
-            # Serve logs that its target changed, not why: this line in the controller's log says which signal asked
-            # (once per change of the ask: the policy runs every control loop, through Serve's delays).
-            self._last_asked = decision.replicas
-            asks = ", ".join(f"{name} {ask:.2f}" for name, ask in sorted(decision.by_signal.items()))
-            logger.info(
-                "%s: %d -> %d replicas (%s; asks %s; upscale delay %g s%s)",
-                deployment,
-                scaling.target_replicas,
-                decision.replicas,
-                decision.signal,
-                asks or "none",
-                delay_s,
-                ", the SLO breaking" if breaking else "",
-            )
-        # Serve keeps its delay bookkeeping in the dict it merges this into.
-        return replicas, {}
-
-
-POLICY_PATH = f"{__name__}:{EngineLoadPolicy.__name__}"

@@ -23,20 +23,18 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from cluster.placement import replica_placement
-from core.config import StrictModel
+from core.config import ConfigProblems, StrictModel, raise_if_any
 from core.errors import ConfigError
 from engines.config import EngineConfig
 from router import LatencyProfile, RouterConfig
+from router.config import ReplicaChoice
+from router.serve_autoscaling import AutoscalingSpec
 from serve_app.auth import AuthConfig
+from serve_app.placement import replica_placement
 from serve_app.ray_compat import fixed_replicas
 
 # URL- and metric-label-safe, and short enough to embed in deployment and replica names.
 VARIANT_NAME_PATTERN = r"^[a-zA-Z0-9][a-zA-Z0-9._-]{0,62}$"
-
-# serve_app.autoscaling.POLICY_PATH, spelled out: importing that module here would import the policy
-# into every process that reads a config (tests check the two agree).
-ENGINE_LOAD_POLICY = "serve_app.autoscaling:EngineLoadPolicy"
 
 # LimitsConfig's defaults, also used to size a lone VariantConfig's drain timeout.
 DEFAULT_MAX_TOKENS_LIMIT = 4096
@@ -44,27 +42,6 @@ DEFAULT_REQUEST_TIMEOUT_S = 600.0
 # Added to a computed drain timeout: Serve checks for open requests every graceful_shutdown_wait_loop_s
 # (2 s) and then runs the replica's __del__ (engine shutdown) inside the same budget.
 DRAIN_MARGIN_S = 10.0
-
-
-# How a request finds its replica within a variant (serve_app/replica_router.py; the simulator models both).
-ReplicaChoice = Literal["least_prefill", "power_of_two"]
-
-
-class _Problems(ValueError):
-    """Cross-field problems found by one model's validator, each at a path relative to that model.
-
-    Raised (as a ``ValueError``, so pydantic records it at the model's location) and expanded again by
-    :func:`format_validation_error`, so that every problem is reported at its own field path.
-    """
-
-    def __init__(self, problems: list[tuple[str, str]]) -> None:
-        self.problems = problems
-        super().__init__("; ".join(f"{path}: {message}" for path, message in problems))
-
-
-def _raise_if_any(problems: list[tuple[str, str]]) -> None:
-    if problems:
-        raise _Problems(problems)
 
 
 class ReplicaResources(StrictModel):
@@ -129,7 +106,7 @@ class ReplicaResources(StrictModel):
         return options
 
 
-# Environment variables Ray or the replica placement set for each engine replica (cluster/placement.py): a
+# Environment variables Ray or the replica placement set for each engine replica (serve_app/placement.py): a
 # variant's runtime_env may not set them, since that would undo the GPU assignment.
 RESERVED_ENGINE_ENV_VARS = frozenset(
     {"CUDA_VISIBLE_DEVICES", "TRTLLM_RAY_BUNDLE_INDICES", "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"}
@@ -206,174 +183,6 @@ class EngineRuntimeEnv(StrictModel):
         if self.setup_timeout_s is not None:
             env["config"] = {"setup_timeout_seconds": self.setup_timeout_s}
         return env
-
-
-class AutoscalingSpec(StrictModel):
-    """Replica autoscaling of one variant, mapped onto Ray Serve's ``AutoscalingConfig``."""
-
-    min_replicas: int = Field(
-        1,
-        ge=0,
-        description="Fewest replicas; 0 allows scaling to zero (then a request waits for a cold start).",
-    )
-    max_replicas: int = Field(1, ge=1, description="Most replicas; must be >= min_replicas.")
-    initial_replicas: int | None = Field(
-        None,
-        ge=0,
-        description="Replicas started at deploy time, within [min_replicas, max_replicas]; None starts min_replicas.",
-    )
-    target_ongoing_requests: float = Field(
-        16.0,
-        gt=0,
-        description="Requests (running + queued) per replica that Serve scales towards. Ray's default of 2 "
-        "suits one-request-at-a-time models; an LLM replica batches many streams, so aim higher.",
-    )
-    upscale_delay_s: float = Field(
-        30.0,
-        ge=0,
-        description="How long load must stay above target before replicas are added. With policy engine_load "
-        "the policy holds this delay itself (Serve's is then 0), so that breaking_upscale_delay_s can replace it.",
-    )
-    breaking_upscale_delay_s: float = Field(
-        0.0,
-        ge=0,
-        description="engine_load: the upscale delay while the variant already fails its SLO: the router spills or "
-        "sheds requests that prefer it, or its busy replicas wait or decode beyond ttft_target_ms / tpot_target_ms. "
-        "The delay lets a blip pass; misses happening now are not one, and each second of it is a second more "
-        "before new replicas serve. 0 (the default) adds replicas at once then; set it to upscale_delay_s to "
-        "wait as Serve does.",
-    )
-    downscale_delay_s: float = Field(
-        600.0,
-        ge=0,
-        description="How long load must stay below target before replicas are removed. Long by default: "
-        "an LLM replica is expensive to start again.",
-    )
-    downscale_to_zero_delay_s: float | None = Field(
-        None,
-        ge=0,
-        description="With min_replicas 0: how long a variant must be idle before its last replica goes; "
-        "None uses downscale_delay_s.",
-    )
-    policy: Literal["engine_load", "ongoing_requests"] = Field(
-        "engine_load",
-        description="'engine_load' scales on what the engines report (batch slots in use, queued prefill "
-        "tokens, KV cache, recent TTFT/TPOT against the targets below; router/autoscaling.py); "
-        "'ongoing_requests' is Serve's default policy (requests per replica vs target_ongoing_requests).",
-    )
-    target_batch_utilization: float = Field(
-        0.75,
-        gt=0,
-        le=1,
-        description="engine_load: share of each replica's batch slots (max_running_requests) that running "
-        "plus waiting sequences should fill; more demand adds replicas.",
-    )
-    target_queued_prompt_tokens: float = Field(
-        4096.0,
-        gt=0,
-        description="engine_load: prompt tokens waiting for prefill that one replica may hold; roughly its "
-        "prefill tokens/s times the TTFT you can spend queueing.",
-    )
-    target_kv_fraction: float = Field(
-        0.8, gt=0, le=1, description="engine_load: share of each replica's KV cache that should be in use."
-    )
-    ttft_target_ms: float | None = Field(
-        None,
-        gt=0,
-        description="engine_load: recent mean TTFT above this (less slo_headroom) on busy replicas adds a "
-        "replica; None ignores TTFT.",
-    )
-    tpot_target_ms: float | None = Field(
-        None, gt=0, description="engine_load: the same for time per output token; None ignores TPOT."
-    )
-    slo_headroom: float = Field(
-        0.1, ge=0, lt=1, description="engine_load: fraction of the latency targets kept as margin."
-    )
-    scale_ahead_s: float = Field(
-        0.0,
-        ge=0,
-        description="engine_load: a predictive term. While demand rises, ask for what it will be this many seconds "
-        "ahead (its linear trend over trend_window_s), so that replicas started now are ready when it arrives; "
-        "set it to the time a new replica takes to start. 0 (the default) asks for today's demand only.",
-    )
-    trend_window_s: float = Field(
-        10.0, gt=0, description="engine_load: the window over which the demand's trend is fitted (scale_ahead_s)."
-    )
-    look_back_period_s: float = Field(
-        30.0,
-        gt=0,
-        description="Window over which Serve averages the load figures before each decision: shorter "
-        "reacts faster to a spike, longer ignores blips.",
-    )
-    metrics_interval_s: float | None = Field(
-        None,
-        gt=0,
-        description="How often replicas push their figures to Serve's controller (Serve's own default: "
-        "10 s, which delays every decision by up to that much). Deprecated by Ray in favour of an "
-        "environment variable it does not read yet in 2.60: setting it logs a DeprecationWarning.",
-    )
-
-    @model_validator(mode="after")
-    def _bounds(self) -> AutoscalingSpec:
-        problems = []
-        if self.min_replicas > self.max_replicas:
-            problems.append(("min_replicas", f"{self.min_replicas} is above max_replicas ({self.max_replicas})"))
-        elif self.initial_replicas is not None and not (
-            self.min_replicas <= self.initial_replicas <= self.max_replicas
-        ):
-            problems.append(
-                (
-                    "initial_replicas",
-                    f"{self.initial_replicas} is outside [min_replicas, max_replicas] = "
-                    f"[{self.min_replicas}, {self.max_replicas}]",
-                )
-            )
-        _raise_if_any(problems)
-        return self
-
-    @property
-    def serve_upscale_delay_s(self) -> float:
-        """Serve's own upscale delay: 0 under engine_load, which holds ``upscale_delay_s`` itself
-        (router.autoscaling.held_upscale) and would otherwise wait it out twice."""
-        return 0.0 if self.policy == "engine_load" else self.upscale_delay_s
-
-    def to_serve_autoscaling_config(self) -> dict[str, Any]:
-        """Ray Serve's ``autoscaling_config`` (field names of ``ray.serve.config.AutoscalingConfig``)."""
-        config: dict[str, Any] = {
-            "min_replicas": self.min_replicas,
-            "max_replicas": self.max_replicas,
-            "target_ongoing_requests": self.target_ongoing_requests,
-            "upscale_delay_s": self.serve_upscale_delay_s,
-            "downscale_delay_s": self.downscale_delay_s,
-        }
-        if self.initial_replicas is not None:
-            config["initial_replicas"] = self.initial_replicas
-        if self.downscale_to_zero_delay_s is not None:
-            config["downscale_to_zero_delay_s"] = self.downscale_to_zero_delay_s
-        config["look_back_period_s"] = self.look_back_period_s
-        if self.metrics_interval_s is not None:
-            config["metrics_interval_s"] = self.metrics_interval_s
-        if self.policy == "engine_load":
-            # A string import path: Serve imports it, pickles it into its controller, and instantiates the
-            # class once with policy_kwargs (ray/serve/_private/autoscaling_state.py).
-            config["policy"] = {"policy_function": ENGINE_LOAD_POLICY, "policy_kwargs": self.policy_targets()}
-        return config
-
-    def policy_targets(self) -> dict[str, Any]:
-        """The engine_load policy's knobs (``router.autoscaling.ScalingTargets`` keyword arguments)."""
-        return {
-            "target_batch_utilization": self.target_batch_utilization,
-            "target_queued_prompt_tokens": self.target_queued_prompt_tokens,
-            "target_kv_fraction": self.target_kv_fraction,
-            "ttft_target_ms": self.ttft_target_ms,
-            "tpot_target_ms": self.tpot_target_ms,
-            "slo_headroom": self.slo_headroom,
-            "fallback_target_ongoing_requests": self.target_ongoing_requests,
-            "scale_ahead_s": self.scale_ahead_s,
-            "trend_window_s": self.trend_window_s,
-            "upscale_delay_s": self.upscale_delay_s,
-            "breaking_upscale_delay_s": self.breaking_upscale_delay_s,
-        }
 
 
 class VariantConfig(StrictModel):
@@ -472,7 +281,7 @@ class VariantConfig(StrictModel):
         if getattr(self.engine, "device", None) == "cuda" and self.resources.num_gpus == 0:
             # Ray hides every GPU (CUDA_VISIBLE_DEVICES="") from a replica that reserved none.
             problems.append(("resources.num_gpus", "is 0 but engine.device is 'cuda': reserve a GPU"))
-        _raise_if_any(problems)
+        raise_if_any(problems)
         return self
 
     def drain_timeout_s(
@@ -583,6 +392,13 @@ class LimitsConfig(StrictModel):
         ge=1,
         description="Largest prompt in tokens (400 above it); None leaves only the variants' context lengths.",
     )
+    max_batch_prompts: int = Field(
+        64,
+        ge=1,
+        description="Most prompts one /v1/completions request may batch (OpenAI's list form of 'prompt'; 400 naming "
+        "'prompt' above it). Each prompt's n choices are engine requests of their own, each routed on its own "
+        "prompt; the key's limits are charged for the whole batch at once.",
+    )
     request_timeout_s: float = Field(
         DEFAULT_REQUEST_TIMEOUT_S,
         gt=0,
@@ -599,7 +415,7 @@ class LimitsConfig(StrictModel):
                     f"{self.default_max_tokens} is above max_tokens_limit ({self.max_tokens_limit})",
                 )
             )
-        _raise_if_any(problems)
+        raise_if_any(problems)
         return self
 
 
@@ -676,7 +492,7 @@ class AppConfig(StrictModel):
             problems.append(
                 ("default_variant", f"{self.default_variant!r} is not a variant name (one of {sorted(seen)})")
             )
-        _raise_if_any(problems)
+        raise_if_any(problems)
         return self
 
     @model_validator(mode="after")
@@ -703,7 +519,7 @@ class AppConfig(StrictModel):
                     "prefill on, or raise max_num_tokens to at least the longest prompt",
                 )
             )
-        _raise_if_any(problems)
+        raise_if_any(problems)
         return self
 
     def _longest_prompt(self, engine: Any) -> tuple[int | None, str]:
@@ -780,7 +596,7 @@ def format_validation_error(error: ValidationError) -> list[str]:
     for err in error.errors():
         path = format_loc(tuple(err["loc"]))
         cause = err.get("ctx", {}).get("error")
-        if isinstance(cause, _Problems):
+        if isinstance(cause, ConfigProblems):
             lines.extend(f"{_join(path, sub)}: {message}" for sub, message in cause.problems)
         elif isinstance(cause, ValueError):
             lines.append(f"{path or '<config>'}: {cause}")  # without pydantic's "Value error, " prefix

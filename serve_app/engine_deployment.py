@@ -15,11 +15,13 @@ from core.errors import EngineDeadError
 from engines.factory import make_engine
 from engines.kv_blocks import KvEvents
 from engines.protocol import Delta, EngineStats, GenerationRequest
-from serve_app.autoscaling import RecentLatency, engine_metrics
+from router.serve_autoscaling import engine_metrics
+from router.views import STATS_PERIOD_S
+from serve_app.autoscaling import RecentLatency
 from serve_app.config import VariantConfig
 from serve_app.delta_channel import ON_CHANNEL, ChannelOffer, ChannelServer, OnChannel
 from serve_app.metrics import EngineMetrics
-from serve_app.stats_board import STATS_PERIOD_S
+from serve_app.stop_notice import StopWatch
 
 logger = logging.getLogger("ray.serve")
 
@@ -53,6 +55,22 @@ class EngineDeployment:
         await self.engine.start()
         self._metrics = EngineMetrics(self.variant.name)
         self._poster = asyncio.create_task(self._post_stats_forever())
+        # Under `variant-serve run`: the engine stops at the server's stop notice, before Serve's shutdown cuts the
+        # proxy, so that open streams end with an error event their clients still receive (serve_app/stop_notice).
+        self._open_streams = 0
+        self._streams_ended = asyncio.Event()
+        self._engine_stopping: asyncio.Task[None] | None = None
+        self._stop_watch = StopWatch.start(self._replica, self._stop_for_good)
+
+    async def _stop_for_good(self) -> None:
+        """The server is stopping: shuts the engine down, which ends every open stream with ``EngineDeadError``;
+        returns once those have ended (the engine's own process may take longer to exit: ``__del__`` waits)."""
+        self._streams_ended.clear()
+        self._engine_stopping = asyncio.create_task(self.engine.shutdown())
+        if self._open_streams:
+            ended = asyncio.create_task(self._streams_ended.wait())
+            await asyncio.wait([ended, self._engine_stopping], return_when=asyncio.FIRST_COMPLETED)
+            ended.cancel()
 
     async def generate(
         self, request: GenerationRequest, reply_to: tuple[str, int] | None = None
@@ -64,6 +82,7 @@ class EngineDeployment:
         # aclosing: a cancelled or abandoned stream closes the engine's iterator, which aborts the request.
         self._latency.started(request.request_id)  # queue wait, for the autoscaling policy, until a first token
         link, key = None, 0
+        self._open_streams += 1
         try:
             if reply_to is not None:
                 channel_id, key = reply_to
@@ -80,6 +99,9 @@ class EngineDeployment:
                         raise EngineDeadError("The ingress's channel to this engine replica closed mid-stream.")
         finally:
             self._latency.first_token(request.request_id)
+            self._open_streams -= 1
+            if not self._open_streams:
+                self._streams_ended.set()
 
     def info(self) -> dict:
         return {
@@ -100,6 +122,8 @@ class EngineDeployment:
         return engine_metrics(self.engine.stats(), self._latency, self._redirected)
 
     async def check_health(self) -> None:
+        if self._stop_watch is not None and self._stop_watch.stopping:
+            return  # stopped on purpose, about to be deleted: not a failure for Serve to replace
         await self.engine.check_health()
 
     async def _post_starting(self) -> None:
@@ -144,7 +168,14 @@ class EngineDeployment:
 
     async def __del__(self) -> None:
         self._poster.cancel()
+        stopped = self._stop_watch is not None and self._stop_watch.stopping  # the whole server is stopping
+        if self._stop_watch is not None:
+            await self._stop_watch.close()
         await self._channels.close()
+        if stopped:
+            if self._engine_stopping is not None:
+                await self._engine_stopping  # its process exiting
+            return  # and the board goes with the app
         # Bounded: when the whole app is deleted the board may be gone already, and a call to a deployment
         # without replicas waits forever, which would hold this replica for its whole drain timeout.
         with contextlib.suppress(Exception):

@@ -25,6 +25,7 @@ import contextlib
 import importlib
 import logging
 import random
+import threading
 import time
 from typing import Any
 
@@ -39,47 +40,63 @@ IMPORT_PATH = "serve_app.replica_router:LeastPrefillRequestRouter"
 
 logger = logging.getLogger("ray.serve")
 
-# Which replica each generate call went to, by its GenerationRequest's id, for the ingress to name in the
-# response (x-route-replica): the request routers of a process's handles share it (they run in the caller's
-# process, in Serve's router thread). Bounded: an entry nobody asks for (a request that failed before its first
-# token) must not stay forever. Serve ships the router class pickled *by value* (ray.serve.config registers this
-# module with cloudpickle), so the class the ingress runs has a copy of this module's globals: it writes here
-# through sys.modules (_registry), where the pipeline's import reads.
-_SERVED_BY: collections.OrderedDict[str, str] = collections.OrderedDict()
 _SERVED_BY_MAX = 4096
 
 
-def replica_of(request_id: str) -> str | None:
-    """The id (Serve's ``unique_id``, as in the stats board and GET /variants) of the replica that the request
-    router sent generate request ``request_id`` to, once; None when no router of ours routed it (Serve's default
-    router, ``replica_choice: power_of_two``) or it was asked already."""
-    return _SERVED_BY.pop(request_id, None)
+class ReplicaChoiceState:
+    """What this process's request routers share with its ingress: which replica each generate call went to, and
+    each engine replica's last report on the stats board.
+
+    Owner: this module, which makes the process's one instance, :data:`CHOICE_STATE`. Its writers and readers:
+
+    * ``served_by``: :class:`LeastPrefillRequestRouter` notes the replica each generate call went to, by its
+      ``GenerationRequest``'s id (a retry on another replica replaces the first); the pipeline asks for it once
+      (:func:`replica_of`), to name it in the response (``x-route-replica``). Bounded to the latest
+      ``_SERVED_BY_MAX``: an entry nobody asks for (a request that failed before its first token) must not stay.
+    * ``reports``: each engine replica's unprefilled prompt tokens and when it measured them (replica id, Serve's
+      ``unique_id`` -> (tokens, ``time.monotonic()``)), as the routing table last read them from the stats board
+      (``RoutingTable.refresh``); the routers add their own sends since (``router.replica_backlog.seen_backlog``).
+
+    Thread safety: the routers run in Serve's router thread, the routing table and the pipeline on the ingress's
+    event loop. ``served_by`` changes under a lock; ``reports`` is replaced whole, never changed in place, so a
+    reader holds one snapshot or the next.
+
+    Serve ships the router class pickled *by value* (``ray.serve.config`` registers this module with cloudpickle), so
+    the class the ingress runs carries a copy of this module's globals, this instance among them: a router reaches
+    the process's instance through ``sys.modules`` (:func:`_registry`), where the ingress's imports find it.
+    """
+
+    def __init__(self) -> None:
+        self._served_by: collections.OrderedDict[str, str] = collections.OrderedDict()
+        self._lock = threading.Lock()
+        self.reports: dict[str, tuple[int, float]] = {}
+
+    def note_served_by(self, request_id: str, replica: str) -> None:
+        with self._lock:
+            self._served_by[request_id] = replica
+            self._served_by.move_to_end(request_id)
+            while len(self._served_by) > _SERVED_BY_MAX:
+                self._served_by.popitem(last=False)
+
+    def replica_of(self, request_id: str) -> str | None:
+        """The id (Serve's ``unique_id``, as in the stats board and GET /variants) of the replica that the request
+        router sent generate request ``request_id`` to, once; None when no router of ours routed it (Serve's default
+        router, ``replica_choice: power_of_two``) or it was asked already."""
+        with self._lock:
+            return self._served_by.pop(request_id, None)
+
+    def note_reports(self, reports: dict[str, tuple[int, float]]) -> None:
+        """The replicas' reports as the stats board last showed them (see the class)."""
+        self.reports = reports
+
+
+CHOICE_STATE = ReplicaChoiceState()
+replica_of = CHOICE_STATE.replica_of  # what the pipeline asks
 
 
 def _registry() -> Any:
     """This module as imported in this process (not the by-value copy a router class unpickled carries)."""
     return importlib.import_module(__name__)
-
-
-def _note_served_by(request_id: str, replica: str) -> None:
-    _SERVED_BY[request_id] = replica  # a retry on another replica replaces the first
-    _SERVED_BY.move_to_end(request_id)
-    while len(_SERVED_BY) > _SERVED_BY_MAX:
-        _SERVED_BY.popitem(last=False)
-
-
-# Each engine replica's last report as this process's routing table last read it from the stats board: replica id
-# (Serve's unique_id) -> (its unprefilled prompt tokens, when it measured them, on time.monotonic()). Written by
-# RoutingTable.refresh on the ingress's event loop and read by the request routers in Serve's router thread: it is
-# replaced whole, never changed in place, so a reader holds one snapshot or the next (and, as with _SERVED_BY, the
-# routers read it through sys.modules).
-_REPORTED: dict[str, tuple[int, float]] = {}
-
-
-def note_reports(reports: dict[str, tuple[int, float]]) -> None:
-    """The replicas' reports as the stats board last showed them (see ``_REPORTED``)."""
-    global _REPORTED
-    _REPORTED = reports
 
 
 def _unique_id(replica_id: ReplicaID) -> str:
@@ -101,8 +118,7 @@ class LeastPrefillRequestRouter(FIFOMixin, RequestRouter):
         self, prefill_tokens_per_s: float = LatencyProfile().prefill_tokens_per_s, **kwargs: Any
     ) -> None:
         self._prefill_tokens_per_s = prefill_tokens_per_s
-        self._registry = _registry()
-        self._note = self._registry._note_served_by
+        self._shared: ReplicaChoiceState = _registry().CHOICE_STATE
         logger.info("least_prefill request router at %.0f prompt tokens/s", prefill_tokens_per_s)
         # replica -> internal request id -> (prompt tokens, send time) of the requests not completed yet
         self._sent: dict[ReplicaID, dict[str, tuple[int, float]]] = {}
@@ -112,7 +128,7 @@ class LeastPrefillRequestRouter(FIFOMixin, RequestRouter):
         self, candidate_replicas: list[RunningReplica], pending_request: PendingRequest | None = None
     ) -> list[list[RunningReplica]]:
         now = time.monotonic()
-        reported = self._registry._REPORTED
+        reported = self._shared.reports
         generation = _generation(pending_request)
         prompt = 0 if generation is None else len(generation.prompt_token_ids)
         cached = {} if generation is None else generation.cached_by_replica
@@ -134,7 +150,7 @@ class LeastPrefillRequestRouter(FIFOMixin, RequestRouter):
         tokens = 0 if generation is None else len(generation.prompt_token_ids)
         if generation is not None:
             tokens -= generation.cached_by_replica.get(_unique_id(replica_id), 0)
-            self._note(generation.request_id, _unique_id(replica_id))
+            self._shared.note_served_by(generation.request_id, _unique_id(replica_id))
         sent[pending_request.metadata.internal_request_id] = (tokens, time.monotonic())
 
     def on_request_completed(self, replica_id: ReplicaID, internal_request_id: str) -> None:

@@ -15,7 +15,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,32 +23,25 @@ from engines.kv_blocks import KvEvents, block_hashes
 from router import Decision, Prediction, Reason, RequestFeatures, RouterState, VariantView, route
 from router.inflight import InflightBook, RouteTicket
 from router.latency import new_latency_model
-from router.load import decode_pace
 from router.policy import missing_fields, reject_unsupported
 from router.prefix_index import IndexSize, PrefixIndex, PrefixMatch, match_prompt
 from router.redirect import RedirectedDemand, redirected_from
 from router.replica_backlog import best_cached
+from router.views import REFRESH_PERIOD_S, variant_view
 from serve_app.config import AppConfig
-from serve_app.replica_router import note_reports
+from serve_app.replica_router import CHOICE_STATE
 from serve_app.stats_board import ReplicaReport
 
 logger = logging.getLogger("ray.serve")
 
-REFRESH_PERIOD_S = 0.1
 AFFINITY_KEYS = 1 << 16  # prompt_cache_key / x-session-id values remembered, least recent forgotten first
 _UNKNOWN_CONTEXT = 1 << 30  # never reported: assume it could hold the request, so the answer is "unavailable"
 
 
-# A starting replica later than it said by this much is no longer counted on: its start is slow or failed.
-STARTING_OVERDUE_S = 2.0
-
-
 __all__ = [
-    "REFRESH_PERIOD_S",
     "PrefixLookup",
     "RouteTicket",
     "RoutingTable",
-    "starting_ready_in_ms",
     "starting_serves_at",
 ]
 
@@ -72,15 +65,6 @@ def starting_serves_at(snapshot: dict[str, list[ReplicaReport]], now: float) -> 
             if not r.stats.context_length and r.stats.starting_ready_in_s > 0.0:
                 out.setdefault(name, []).append(now - r.age_s + r.stats.starting_ready_in_s)
     return out
-
-
-def starting_ready_in_ms(serves_at: Iterable[float], now: float) -> tuple[int, float]:
-    """``(replicas, ms until the last of them serves)`` of a variant's starting replicas, leaving out any overdue
-    by :data:`STARTING_OVERDUE_S`; one due now counts from the next refresh (the earliest its report can arrive)."""
-    due = [at for at in serves_at if now - at < STARTING_OVERDUE_S]
-    if not due:
-        return 0, 0.0
-    return len(due), max(max(due) - now, REFRESH_PERIOD_S) * 1000.0
 
 
 class RoutingTable:
@@ -136,7 +120,9 @@ class RoutingTable:
         snapshot = await self._snapshot_fn()
         now = time.monotonic()
         # The request routers' view of each replica's prefill backlog (serve_app/replica_router.py), on this clock.
-        note_reports({r.replica: (r.stats.queued_prompt_tokens, now - r.age_s) for rs in snapshot.values() for r in rs})
+        CHOICE_STATE.note_reports(
+            {r.replica: (r.stats.queued_prompt_tokens, now - r.age_s) for rs in snapshot.values() for r in rs}
+        )
         # A replica that reports no context length yet is still starting: not ready to route to.
         ready = {name: [r for r in replicas if r.stats.context_length] for name, replicas in snapshot.items()}
         self._snapshot = {name: replicas for name, replicas in ready.items() if replicas}
@@ -251,10 +237,6 @@ class RoutingTable:
             await self._publish_fn(self._source, levels)
             self._published = levels
 
-    def redirected_levels(self) -> dict[str, float]:
-        """Requests this table redirected away from each variant that would still run there now."""
-        return self._redirected.levels(time.monotonic())
-
     def start(self) -> None:
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._refresh_forever())
@@ -274,55 +256,25 @@ class RoutingTable:
                 await self._task
 
     def views(self) -> list[VariantView]:
+        """Each variant as its ready replicas last reported it (``router.views.variant_view``), with this ingress's
+        own requests in flight."""
         now = time.monotonic()
         views = []
         for name, variant in self._variants.items():
-            replicas = self._snapshot.get(name, [])
-            if not replicas:
-                # No live report: no ready replica, but one is (or will be) starting: Serve restarts a dead
-                # replica, and a variant scaled to zero starts one as soon as a request waits at its handle.
-                # The router may send there only where `wait_for_starting_replicas` allows it, with the
-                # startup time in its TTFT prediction; the request is bounded by the request timeout.
-                views.append(
-                    VariantView(
-                        name=name,
-                        context_length=self._known_context.get(name, _UNKNOWN_CONTEXT),
-                        quality=variant.quality,
-                        cost_per_1k_tokens=variant.cost_per_1k_tokens,
-                        ready_replicas=0,
-                        starting_replicas=1,
-                        max_running_requests=1,
-                        latency=self._models[name],
-                        sampling_fields=variant.engine.sampling_fields(),
-                    )
-                )
-                continue
-            stats = [r.stats for r in replicas]
-            pace_ms, pace_batch = decode_pace((s.recent_tpot_ms, s.recent_decode_batch) for s in stats)
-            starting, ready_in_ms = starting_ready_in_ms(self._starting.get(name, ()), now)
-            view = VariantView(
-                name=name,
-                context_length=min(s.context_length for s in stats),
+            replicas = self._snapshot.get(name)
+            view = variant_view(
+                name,
                 quality=variant.quality,
                 cost_per_1k_tokens=variant.cost_per_1k_tokens,
-                ready_replicas=len(replicas),
-                starting_replicas=starting,
-                starting_ready_in_ms=ready_in_ms,
-                max_running_requests=max(1, min(s.max_running_requests for s in stats)),
                 latency=self._models[name],
                 sampling_fields=variant.engine.sampling_fields(),
-                queued_requests=sum(s.queued_requests for s in stats),
-                running_requests=sum(s.running_requests for s in stats),
-                queued_prompt_tokens=sum(s.queued_prompt_tokens for s in stats),
-                kv_used_fraction=max(
-                    (s.kv_used_fraction for s in stats),
-                    default=0.0,
-                ),
-                recent_tpot_ms=pace_ms,
-                recent_decode_batch=pace_batch,
-                context_tokens=sum(s.context_tokens for s in stats),
+                replicas=[r.stats for r in replicas] if replicas else [],
+                starting_serves_at=self._starting.get(name, ()),
+                known_context_length=self._known_context.get(name, _UNKNOWN_CONTEXT),
+                now=now,
             )
-            views.append(self.book.annotate(view, now, self._report_at.get(name)))
+            # Only a variant with live reports gets this ingress's in-flight requests added (InflightBook.annotate).
+            views.append(self.book.annotate(view, now, self._report_at.get(name)) if replicas else view)
         return views
 
     def has_live_stats(self) -> bool:
@@ -410,6 +362,3 @@ class RoutingTable:
             arrived_at=arrived_at,
             cached_tokens=cached_tokens,
         )
-
-    def learned_profiles(self) -> dict[str, Any]:
-        return {name: model.profile().model_dump() for name, model in self._models.items()}

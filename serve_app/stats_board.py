@@ -29,9 +29,6 @@ from serve_app.kv_log import KvLog
 STALE_AFTER_S = 10.0
 
 
-STATS_PERIOD_S = 0.25  # how often each engine replica posts its stats here (serve_app/engine_deployment.py)
-
-
 @dataclass(frozen=True, slots=True)
 class ReplicaReport:
     """One engine replica's latest stats as the board hands them out: typed from the engine to the router."""

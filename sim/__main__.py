@@ -24,8 +24,7 @@ from typing import get_args
 
 from engines.presets import PRESETS
 from engines.profile import EngineProfile
-from router.config import SETUPS
-from serve_app.config import ReplicaChoice
+from router.config import SETUPS, ReplicaChoice
 from sim.calibrate import calibrate, render
 from sim.fit import FITTED, fit
 from sim.scenario import ALL_SCALING, SCENARIOS, run_matrix, table

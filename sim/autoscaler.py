@@ -1,11 +1,11 @@
 """Ray Serve's autoscaling loop for one simulated deployment, around the project's own scaling policy.
 
-Production: each replica's ``record_autoscaling_stats`` returns ``serve_app.autoscaling.engine_metrics``;
+Production: each replica's ``record_autoscaling_stats`` returns ``router.serve_autoscaling.engine_metrics``;
 Serve averages the figures over ``look_back_period_s``, pushes them to its controller every
 ``metrics_interval_s``, and on every control-loop tick calls the deployment's policy with an
 ``AutoscalingContext``, then applies its delays and bounds. Here the same functions run on simulated
 figures: ``engine_metrics`` builds each sample, ``EngineLoadPolicy`` (which calls
-``serve_app.autoscaling.scaling_context`` and ``router.autoscaling.desired_replicas``) decides from a
+``router.serve_autoscaling.scaling_context`` and ``router.autoscaling.desired_replicas``) decides from a
 context object with the attributes it reads. What is Serve's own code is mirrored in a few lines, and
 ``tests/sim/test_autoscaler.py`` checks the mirrors against the installed Ray:
 
@@ -28,8 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from engines.protocol import EngineStats
-from serve_app.autoscaling import EngineLoadPolicy, RecentLatency, engine_metrics
-from serve_app.config import AutoscalingSpec
+from router.serve_autoscaling import AutoscalingSpec, EngineLoadPolicy, engine_metrics
 from sim.deployment import SimDeployment
 from sim.replica import SimReplica
 
@@ -96,7 +95,8 @@ def apply_delay(desired: int, current_target: int, spec: AutoscalingSpec, state:
 
 
 class _Recent:
-    """Hands a simulated replica's recent latency to ``engine_metrics`` as a ``RecentLatency`` would."""
+    """Hands a simulated replica's recent latency to ``engine_metrics`` as a ``RecentLatency`` would
+    (``router.serve_autoscaling.LatencySource``)."""
 
     def __init__(self, replica: SimReplica, now: float) -> None:
         self._replica, self._now = replica, now
@@ -120,7 +120,7 @@ def replica_metrics(replica: SimReplica, now: float, redirected: float = 0.0) ->
         max_running_requests=replica.profile.max_running_requests,
         recent_tpot_ms=replica.pace.tpot_ms(now),
     )
-    return engine_metrics(stats, cast(RecentLatency, _Recent(replica, now)), redirected)
+    return engine_metrics(stats, _Recent(replica, now), redirected)
 
 
 class _Window:

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from pydantic import BaseModel, Field
 
 from router import RequestFeatures
-from serve_app.config import ReplicaChoice
+from router.config import ReplicaChoice
 from sim.deployment import SimDeployment
 from sim.replica import SimReplica
 from sim.request import SimRequest

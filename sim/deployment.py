@@ -22,8 +22,8 @@ from collections import deque
 from collections.abc import Iterator
 
 from engines.profile import EngineProfile
+from router.config import ReplicaChoice
 from router.replica_backlog import prefill_ahead, seen_backlog
-from serve_app.config import ReplicaChoice
 from sim.replica import ReplicaState, SimReplica
 from sim.request import SimRequest
 

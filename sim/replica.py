@@ -68,15 +68,20 @@ class LoadReport:
     and the simulator must not route on fresher ones than the stack can (least_loaded once piled requests
     onto a variant the real board had not yet shown busy, and the simulator, reading the replicas' true queues at
     each refresh, did not).
+
+    Its fields are those of ``engines.protocol.EngineStats`` that the router reads (``router.views.ReplicaFigures``).
     """
 
     at_s: float
-    queued: int
-    running: int
+    queued_requests: int
+    running_requests: int
     queued_prompt_tokens: int
     kv_used_fraction: float
-    tpot_ms: float
-    decode_batch: float
+    recent_tpot_ms: float
+    recent_decode_batch: float
+    context_tokens: int
+    context_length: int
+    max_running_requests: int
 
 
 class SimReplica:
@@ -91,6 +96,9 @@ class SimReplica:
         self.batch: ContinuousBatch[SimRequest] = ContinuousBatch(profile)
         self.decoding: list[tuple[int, int, SimRequest]] = []  # heap of (finish step, tie, request)
         self.steps = 0  # decode iterations completed
+        # Sum over self.decoding of (prompt + max_tokens - finish step): their KV context is this plus
+        # len(self.decoding) * steps (context_tokens).
+        self._decoding_base = 0
         self.recent = RecentLatency()
         self.pace = TokenRate()  # the engine's decode pace, as the real backends report it (recent_tpot_ms)
         self.started: list[SimRequest] = []  # first tokens since the simulation last took this list
@@ -139,14 +147,27 @@ class SimReplica:
                 self.kv_posted.append(events)
         self.report = LoadReport(
             at_s=now,
-            queued=self.queued,
-            running=self.running,
+            queued_requests=self.queued,
+            running_requests=self.running,
             queued_prompt_tokens=self.queued_prompt_tokens,
             kv_used_fraction=self.kv_used_fraction,
-            tpot_ms=self.pace.tpot_ms(now),
-            decode_batch=self.pace.decode_batch(now),
+            recent_tpot_ms=self.pace.tpot_ms(now),
+            recent_decode_batch=self.pace.decode_batch(now),
+            context_tokens=self.context_tokens(now),
+            context_length=self.profile.context_length,
+            max_running_requests=self.profile.max_running_requests,
         )
         return self.report
+
+    def context_tokens(self, now: float) -> int:
+        """Tokens its running sequences hold in KV at ``now``, prompt prefilled and output so far (as the emulated
+        engine reports ``EngineStats.context_tokens``)."""
+        steps = self.steps
+        if self._seg_k and self._seg is not None and not self._seg.chunk and self._seg_dt > 0:
+            # Part way through a decode-only jump: each decoding sequence made a token per iteration done since.
+            steps += min(int((now - self._seg_start) / self._seg_dt), self._seg_k)
+        prefilled = sum(r.prompt_tokens - r.remaining_prefill for r in self.batch.prefilling)
+        return self._decoding_base + len(self.decoding) * steps + prefilled
 
     def oldest_wait_ms(self, now: float) -> float:
         """Ms the oldest request handed to this replica still without a first token has waited (0: none)."""
@@ -195,10 +216,14 @@ class SimReplica:
             if request.max_tokens <= 1:
                 self._finish(request, now, finished)
             else:
-                heapq.heappush(self.decoding, (steps + request.max_tokens - 1, next(_sequence), request))
+                finish = steps + request.max_tokens - 1
+                heapq.heappush(self.decoding, (finish, next(_sequence), request))
+                self._decoding_base += request.prompt_tokens + request.max_tokens - finish
         decoding = self.decoding
         while decoding and decoding[0][0] <= steps:
-            self._finish(heapq.heappop(decoding)[2], now, finished)
+            finish, _, request = heapq.heappop(decoding)
+            self._decoding_base -= request.prompt_tokens + request.max_tokens - finish
+            self._finish(request, now, finished)
         self.batch.admit()
         return finished, self._plan(now)
 

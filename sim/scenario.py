@@ -28,8 +28,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from engines.presets import PRESETS
 from engines.profile import EngineProfile
 from router import RouterConfig
-from router.config import SETUPS, Setup
-from serve_app.config import AutoscalingSpec, ReplicaChoice
+from router.config import SETUPS, ReplicaChoice, Setup
+from router.serve_autoscaling import AutoscalingSpec
 from sim.seed import router_seed
 from sim.simulator import SimResult, Simulation, SimVariant
 from sim.workload import Stream, sim_requests

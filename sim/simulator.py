@@ -2,12 +2,12 @@
 them, and the project's autoscaling policy resizes each variant on Serve's cadence.
 
 What runs is production code wherever production has code for it: ``router.route`` decides every
-request from :class:`~router.VariantView` s filled as ``serve_app.routing.RoutingTable.views`` fills them
-(the replicas' load as each last posted it, every ``STATS_PERIOD_S``, read every ``REFRESH_PERIOD_S``, plus
-the ingress's exact in-flight counts), per ingress replica (:mod:`sim.ingress`: each its own router state,
-book, latency models and snapshot), each variant's :class:`~router.LatencyModel` learns from finished
-requests as ``RoutingTable.close`` teaches it, and scaling goes through :mod:`sim.autoscaler`. Only the
-engines are models (:mod:`sim.replica`).
+request from :class:`~router.VariantView` s built by ``router.views.variant_view``, as
+``serve_app.routing.RoutingTable.views`` builds them (the replicas' load as each last posted it, every
+``STATS_PERIOD_S``, read every ``REFRESH_PERIOD_S``, plus the ingress's exact in-flight counts), per ingress
+replica (:mod:`sim.ingress`: each its own router state, book, latency models and snapshot), each variant's
+:class:`~router.LatencyModel` learns from finished requests as ``RoutingTable.close`` teaches it, and scaling
+goes through :mod:`sim.autoscaler`. Only the engines are models (:mod:`sim.replica`).
 
 One heap of ``(time, order, kind, target, version)`` events; a replica's iteration end is rescheduled by
 pushing a new event with a new version (stale ones are skipped), so nothing is ever removed from the heap.
@@ -25,14 +25,13 @@ from typing import Any, Literal
 from core.error_table import TABLE
 from engines.profile import EngineProfile
 from router import LatencyProfile, RouterConfig, VariantView, route
+from router.config import ReplicaChoice
 from router.explain import candidates_header
-from router.load import decode_pace
 from router.redirect import RedirectedDemand, redirected_from
 from router.rejections import rejection_class
 from router.replica_backlog import best_cached
-from serve_app.config import AutoscalingSpec, ReplicaChoice
-from serve_app.routing import REFRESH_PERIOD_S, starting_ready_in_ms
-from serve_app.stats_board import STATS_PERIOD_S
+from router.serve_autoscaling import AutoscalingSpec
+from router.views import REFRESH_PERIOD_S, STATS_PERIOD_S, variant_view
 from sim.autoscaler import Policy, SimAutoscaler
 from sim.deployment import SimDeployment
 from sim.ingress import IngressChoice, SimIngress
@@ -320,34 +319,27 @@ class Simulation:
                     for r in deployment.ready
                     if r.report is not None
                 }
-        return [ingress.book.annotate(v, now, ingress.report_at[v.name]) for v in ingress.snapshot.values()]
+        # As the app: only a variant with ready replicas gets the ingress's in-flight requests added.
+        return [
+            ingress.book.annotate(v, now, ingress.report_at[v.name]) if v.ready_replicas else v
+            for v in ingress.snapshot.values()
+        ]
 
     def _snapshot_view(self, name: str, ingress: SimIngress, now: float) -> VariantView:
-        """A variant as the stats board shows it: the sum of its ready replicas' last reports, and when its starting
-        ones will serve (which the real ones post as they start: RoutingTable.refresh)."""
+        """A variant as the stats board shows it: its ready replicas' last reports, and when its starting ones will
+        serve (which the real ones post as they start: RoutingTable.refresh)."""
         variant = self.variants[name]
         deployment = self.deployments[name]
-        ready = deployment.ready
-        reports = [r.report for r in ready if r.report is not None]
-        pace_ms, pace_batch = decode_pace((p.tpot_ms, p.decode_batch) for p in reports)
-        return VariantView(
-            name=name,
-            context_length=variant.profile.context_length,
+        return variant_view(
+            name,
             quality=variant.quality,
             cost_per_1k_tokens=variant.cost_per_1k_tokens,
-            ready_replicas=len(ready),
-            max_running_requests=variant.profile.max_running_requests,
             latency=ingress.models[name],
-            starting_replicas=deployment.starting,
-            starting_ready_in_ms=starting_ready_in_ms(
-                (r.ready_s for r in deployment.replicas if r.state is ReplicaState.STARTING), now
-            )[1],
-            queued_requests=sum(p.queued for p in reports),
-            running_requests=sum(p.running for p in reports),
-            queued_prompt_tokens=sum(p.queued_prompt_tokens for p in reports),
-            kv_used_fraction=max((p.kv_used_fraction for p in reports), default=0.0),
-            recent_tpot_ms=pace_ms,
-            recent_decode_batch=pace_batch,
+            sampling_fields=None,
+            replicas=[r.report for r in deployment.ready if r.report is not None],
+            starting_serves_at=(r.ready_s for r in deployment.replicas if r.state is ReplicaState.STARTING),
+            known_context_length=variant.profile.context_length,
+            now=now,
         )
 
     # ------------------------------------------------------------------ replicas

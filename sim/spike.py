@@ -15,7 +15,7 @@ a time, so that the replicas of one scale-up arrive one after another, as they d
 from __future__ import annotations
 
 from router import RouterConfig
-from serve_app.config import AutoscalingSpec
+from router.serve_autoscaling import AutoscalingSpec
 from sim.deployment import SimDeployment
 from sim.replica import SimReplica
 from sim.replica_starts import ProcessStarts

@@ -5,7 +5,7 @@ bounds and scaling delays), the requests (lengths, SLO) and the router; ``bench 
 Serve (``bench.spike_fleet.app_args``) and the simulator runs the very same description (``sim.spike``), so
 that the two can be set side by side. Three modes of the same fleet are compared on the same trace:
 
-* ``engine_load``: our policy (``router.autoscaling`` through ``serve_app.autoscaling``);
+* ``engine_load``: our policy (``router.autoscaling`` through ``router.serve_autoscaling``);
 * ``ongoing_requests``: Serve's default policy (ongoing requests per replica against a target);
 * ``fixed``: no autoscaler, every variant at ``max_replicas`` for the whole run: the fleet sized for the peak.
 

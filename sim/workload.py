@@ -25,7 +25,6 @@ from traffic.mooncake import MooncakeTrace
 from traffic.prefix import composer
 from traffic.records import RequestRecord
 from traffic.segments import Segments
-from traffic.trace import TraceRow
 from traffic.workload import Slo, WorkloadConfig
 
 
@@ -131,21 +130,15 @@ def sim_requests(streams: Sequence[Stream], duration_s: float, router: RouterCon
     return _numbered(merged, router)
 
 
-def trace_sim_requests(
-    rows: Sequence[TraceRow], workload: WorkloadConfig, router: RouterConfig, speedup: float = 1.0
-) -> Iterator[SimRequest]:
-    """A trace's requests (``traffic.workload.trace_requests``' times, lengths, tiers and segments)."""
-    times = replay((r.timestamp for r in rows), speedup)
+def mooncake_sim_requests(trace: MooncakeTrace, workload: WorkloadConfig, router: RouterConfig) -> Iterator[SimRequest]:
+    """A Mooncake trace's requests (``MooncakeTrace.requests``' times, lengths and segments; ``workload``'s SLO)."""
+    rows = trace.rows()
+    times = replay((r.timestamp for r in rows), trace.speedup)
     items = (
         SimItem(t, row.input_tokens, row.output_tokens, workload.slo_for_tier(row.tier), row.segments)
         for row, t in zip(rows, times, strict=True)
     )
     return _numbered(items, router)
-
-
-def mooncake_sim_requests(trace: MooncakeTrace, workload: WorkloadConfig, router: RouterConfig) -> Iterator[SimRequest]:
-    """A Mooncake trace's requests (``MooncakeTrace.requests``' times, lengths and segments; ``workload``'s SLO)."""
-    return trace_sim_requests(trace.rows(), workload, router, trace.speedup)
 
 
 def record_requests(records: Sequence[RequestRecord], router: RouterConfig) -> Iterator[SimRequest]:

@@ -5,8 +5,10 @@ ties two modules together: neither can be read, tested or moved without the
 other. So this test parses every module with ``ast`` and collects every import,
 wherever it sits, not only the ones Python runs at import time.
 
-The packages also keep their layers: ``core`` imports none of the others (everything raises its errors), and
-``sim`` does not import ``bench`` (the simulator runs the bench's traffic, from ``traffic``, not the bench).
+The packages also keep their layers: no two packages import each other, even through others; ``core`` imports none
+of the others (everything raises its errors); ``sim`` imports neither ``bench`` (the simulator runs the bench's
+traffic, from ``traffic``, not the bench) nor ``serve_app`` (what it shares with the app lives in ``router``); and
+``core``, ``traffic``, ``router`` and ``sim`` import no Ray.
 """
 
 from __future__ import annotations
@@ -201,6 +203,54 @@ def test_core_imports_no_other_package_of_the_project() -> None:
 
 def test_sim_does_not_import_bench() -> None:
     assert {(name, target) for name, target in _imports_out_of("sim") if target.split(".")[0] == "bench"} == set()
+
+
+def test_sim_does_not_import_serve_app() -> None:
+    # What the simulator shares with the app (the views, the autoscaling policy and its config, the stack's periods)
+    # lives in router/: the simulator runs it without the app, and the app's Ray glue stays out of it.
+    assert {(name, target) for name, target in _imports_out_of("sim") if target.split(".")[0] == "serve_app"} == set()
+
+
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Which packages each package's modules import (a package's imports of itself left out)."""
+    packages: dict[str, set[str]] = {}
+    for name, targets in graph.items():
+        package = name.split(".")[0]
+        packages.setdefault(package, set()).update(t.split(".")[0] for t in targets)
+    for package, targets in packages.items():
+        targets.discard(package)
+    return packages
+
+
+def test_package_graph_folds_modules_into_their_packages() -> None:
+    graph = {"a.x": {"a.y", "b.z"}, "a.y": set(), "b.z": {"c"}, "c": set()}
+    assert package_graph(graph) == {"a": {"b"}, "b": {"c"}, "c": set()}
+    assert find_cycles(package_graph({"a.x": {"b.z"}, "b.z": set(), "b.w": {"a.y"}, "a.y": set()})) == [["a", "b", "a"]]
+
+
+def test_no_package_level_import_cycles() -> None:
+    # serve_app and cluster, for one: cluster (the deploy tooling) reads the app's config, so the app's placement of
+    # a replica lives in serve_app (serve_app/placement.py), not in cluster.
+    cycles = find_cycles(package_graph(import_graph()))
+    assert not cycles, "packages that import each other:\n" + "\n".join(" -> ".join(cycle) for cycle in cycles)
+
+
+def _imports_ray(path: Path) -> bool:
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "ray" for a in node.names):
+            return True
+        if isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] == "ray":
+            return True
+    return False
+
+
+def test_the_pure_packages_import_no_ray() -> None:
+    # The router's policy, the simulator and what they build on run without Ray (and Serve pickles
+    # router.serve_autoscaling into its controller by value): no Ray import, at any depth of their code.
+    pure = ("core", "traffic", "router", "sim")
+    assert [
+        name for name, path in _project_modules().items() if name.split(".")[0] in pure and _imports_ray(path)
+    ] == []
 
 
 def test_a_cycle_hidden_in_source_files_is_found(tmp_path: Path) -> None:

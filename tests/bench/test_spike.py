@@ -10,7 +10,6 @@ import pytest
 from bench.replicas import ReplicaSample, ReplicaStart, parse_replica_starts
 from bench.spike import (
     cluster_cpus,
-    mean_startup_s,
     start_fit,
     startup_concurrency,
     trace_starts,
@@ -134,15 +133,6 @@ def test_replica_starts_are_read_from_serves_controller_log():
         ("variant-llama-8b-int4", 38.8, None),
     ]
     assert starts[1].wall_time - starts[0].wall_time == pytest.approx(65.379)
-
-
-def test_the_mean_start_up_counts_the_variants_starts_after_a_time():
-    starts = [ReplicaStart(100.0, "spike", f"variant-{SMALL}", 20.0, None)]
-    starts += [ReplicaStart(200.0 + k, "spike", f"variant-{SMALL}", 40.0 + k, None) for k in range(3)]
-    starts += [ReplicaStart(200.0, "other-app", f"variant-{SMALL}", 99.0, None)]
-
-    assert mean_startup_s(starts, SMALL, since=150.0) == pytest.approx(41.0)
-    assert mean_startup_s(starts, BIG, since=0.0) is None
 
 
 def test_a_modes_starts_are_on_its_traces_clock_and_only_its_variants_count():

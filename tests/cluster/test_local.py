@@ -1,4 +1,4 @@
-"""On a local multi-node cluster (2 nodes x 4 logical H100s): replicas placed with cluster.placement get
+"""On a local multi-node cluster (2 nodes x 4 logical H100s): replicas placed with serve_app.placement get
 the right GPUs, a TP4 replica's GPUs are on one node, one-GPU replicas spread, and a variant asking for an
 accelerator type no node has fails the deploy-time check with a clear message instead of hanging.
 
@@ -30,8 +30,9 @@ from ray import serve
 from ray.serve import Deployment
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from cluster.feasibility import ensure_feasible_on_live_cluster
+from cluster.feasibility import ensure_feasible
 from cluster.local import LocalClusterSpec, local_cluster
+from cluster.shape import read_live_shape
 from core.errors import ConfigError
 from engines.ports import free_port
 from serve_app.config import VariantConfig, load_app_config
@@ -178,7 +179,7 @@ def _one_gpu_replicas() -> list[dict[str, Any]]:
 
 def _feasibility_error(app: dict[str, Any]) -> str | None:
     try:
-        ensure_feasible_on_live_cluster(load_app_config(app))
+        ensure_feasible(load_app_config(app), read_live_shape())  # the running cluster's nodes
     except ConfigError as e:
         return e.message
     return None

@@ -117,7 +117,7 @@ def test_ttft_is_learned_at_the_first_token():
         ticket = b.open("big", 100, prediction(ttft_ms=before), now=float(i))
         b.first_token(ticket, now=i + 1.0)  # 1000 ms, far slower than the ~150 ms predicted
     assert model.predict_ttft_ms(100, _idle()) > 2 * before
-    assert model.ttft_margin > 0  # outcomes above the decision-time predictions widen the margin
+    assert model.ttft_margin_for(100) > 0  # outcomes above the decision-time predictions widen the margin
 
 
 def _learned_ttft_ms(*, with_arrival: bool) -> float:
@@ -152,7 +152,7 @@ def test_an_early_failure_below_the_prediction_teaches_nothing():
     ticket = b.open("big", 100, prediction(ttft_ms=5000.0), now=0.0)
     b.close(ticket, 0, now=0.01, ok=False)  # the client left after 10 ms
     assert model.profile() == before
-    assert model.ttft_margin == 0.0
+    assert model.ttft_margin_for(100) == 0.0
 
 
 def test_tpot_learns_the_prefill_its_decode_steps_shared():

@@ -332,12 +332,12 @@ def test_a_measured_cost_of_prefill_to_decode_seeds_the_interference():
 
 def test_the_error_margin_tracks_how_far_outcomes_exceed_decision_time_predictions():
     model = LatencyModel(PROFILE)
-    assert model.ttft_margin == 0.0 and model.tpot_margin == 0.0
+    assert model.ttft_margin_for(100) == 0.0 and model.tpot_margin_for(100) == 0.0
     for _ in range(300):
         model.observe_ttft(100, 150.0 * 1.5, predicted_ms=150.0)  # always 50% late
         model.observe_tpot(40.0, 1.0, predicted_ms=40.0)  # always right
-    assert model.ttft_margin == pytest.approx(0.5, abs=0.1)
-    assert model.tpot_margin < 0.05
+    assert model.ttft_margin_for(100) == pytest.approx(0.5, abs=0.1)
+    assert model.tpot_margin_for(100) < 0.05
 
 
 def test_a_censored_bound_above_the_prediction_moves_it_up_and_one_below_does_not():
@@ -441,16 +441,16 @@ def test_a_fresh_model_is_not_trusted_as_if_checked_many_times():
     from router.latency import new_latency_model
 
     model = new_latency_model(PROFILE, RouterConfig())  # cold start: margin 0.5, worth 32 errors
-    assert model.ttft_margin == model.tpot_margin == 0.5
+    assert model.ttft_margin_for(100) == model.tpot_margin_for(100) == 0.5
     for _ in range(8):
         model.observe_ttft(100, 150.0, predicted_ms=150.0)  # exact predictions
-    assert 0.0 < model.ttft_margin < 0.5  # the assumption fades as its own errors come in...
-    assert model.tpot_margin == 0.5  # ...per measure
+    assert 0.0 < model.ttft_margin_for(100) < 0.5  # the assumption fades as its own errors come in...
+    assert model.tpot_margin_for(100) == 0.5  # ...per measure
     for _ in range(2000):
         model.observe_ttft(100, 150.0, predicted_ms=150.0)
-    assert model.ttft_margin < 0.01  # and is gone once many say the model is right
+    assert model.ttft_margin_for(100) < 0.01  # and is gone once many say the model is right
     off = new_latency_model(PROFILE, RouterConfig(cold_start_margin=0.0))
-    assert off.ttft_margin == 0.0
+    assert off.ttft_margin_for(100) == 0.0
 
 
 def test_margin_classes_split_prompt_lengths_by_powers_of_four_from_256():
@@ -484,7 +484,6 @@ def test_each_class_of_prompt_length_learns_its_own_margin_from_the_cold_start()
     assert model.tpot_margin_for(100) == pytest.approx(16.0 / 72.0)
     assert model.ttft_margin_for(2000) == 0.5  # a long prompt has not been checked: the assumption stands
     assert model.tpot_margin_for(2000) == 0.5
-    assert model.ttft_margin == model.ttft_margin_for(100)  # the summary: the class seen most
 
     for _ in range(3):
         model.observe_ttft(2000, 2500.0, predicted_ms=1000.0)  # long prompts 2.5x their predictions

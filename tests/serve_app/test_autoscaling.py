@@ -17,9 +17,17 @@ from ray.serve._private.common import DeploymentID, ReplicaID
 from ray.serve.config import AutoscalingConfig, AutoscalingContext
 
 from engines.protocol import Delta, EngineStats
-from serve_app import autoscaling
-from serve_app.autoscaling import EngineLoadPolicy, RecentLatency, engine_metrics, replica_load, scaling_context
-from serve_app.config import DRAIN_MARGIN_S, ENGINE_LOAD_POLICY, AutoscalingSpec, load_app_config
+from router import serve_autoscaling
+from router.serve_autoscaling import (
+    POLICY_PATH,
+    AutoscalingSpec,
+    EngineLoadPolicy,
+    engine_metrics,
+    replica_load,
+    scaling_context,
+)
+from serve_app.autoscaling import RecentLatency
+from serve_app.config import DRAIN_MARGIN_S, load_app_config
 from serve_app.ray_compat import autoscaling_context
 
 DEPLOYMENT = DeploymentID(name="variant-tiny", app_name="llm")
@@ -68,7 +76,7 @@ def test_the_engine_load_spec_hands_serve_our_policy_with_its_knobs():
     spec = AutoscalingSpec(min_replicas=1, max_replicas=3, target_batch_utilization=0.5, ttft_target_ms=400)
     config = AutoscalingConfig(**spec.to_serve_autoscaling_config())
 
-    assert config.policy.policy_function == ENGINE_LOAD_POLICY == autoscaling.POLICY_PATH
+    assert config.policy.policy_function == POLICY_PATH == "router.serve_autoscaling:EngineLoadPolicy"
     policy = config.policy.get_policy()(**config.policy.policy_kwargs)  # what Serve's controller does
     assert isinstance(policy, EngineLoadPolicy)
     assert (policy.targets.target_batch_utilization, policy.targets.ttft_target_ms) == (0.5, 400)
@@ -93,7 +101,7 @@ def test_a_rise_waits_out_the_upscale_delay_unless_the_variant_already_fails_its
         metrics = {}
         for name, value in engine_metrics(busy, RecentLatency(), redirected).items():
             metrics[name] = {_replica(0): value}
-        metrics[autoscaling.QUEUE_WAIT_MS] = {_replica(0): wait_ms}
+        metrics[serve_autoscaling.QUEUE_WAIT_MS] = {_replica(0): wait_ms}
         return [policy(_ray_context(metrics, running=1, current_time=100.0 + t))[0] for t in (0.0, 1.0, 2.0)]
 
     assert asks(redirected=0.0) == [1, 1, 4]  # a blip may pass: held for the delay, as Serve would

@@ -16,7 +16,7 @@ from ray.serve._private.request_router.request_router import RequestRouter
 from engines.protocol import GenerationRequest, SamplingParams
 from serve_app.app import build_app
 from serve_app.config import VariantConfig
-from serve_app.replica_router import IMPORT_PATH, LeastPrefillRequestRouter, note_reports, replica_of
+from serve_app.replica_router import CHOICE_STATE, IMPORT_PATH, LeastPrefillRequestRouter, replica_of
 
 
 def _router(prefill_tokens_per_s: float) -> LeastPrefillRequestRouter:
@@ -62,11 +62,11 @@ def test_a_replica_another_ingress_loaded_is_ranked_after_an_idle_one_once_the_b
     router.on_request_routed(_pending("mine", 10), _ReplicaID("idle"), None)  # this handle's only send
     assert _ranked(router, [idle, loaded]) == [_ReplicaID("loaded"), _ReplicaID("idle")]
     try:
-        note_reports({"loaded": (5000, time.monotonic()), "idle": (0, time.monotonic() - 60.0)})
+        CHOICE_STATE.note_reports({"loaded": (5000, time.monotonic()), "idle": (0, time.monotonic() - 60.0)})
 
         assert _ranked(router, [loaded, idle]) == [_ReplicaID("idle"), _ReplicaID("loaded")]
     finally:
-        note_reports({})
+        CHOICE_STATE.note_reports({})
 
 
 def test_the_replica_a_generate_call_went_to_is_named_once_by_its_request_id():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from serve_app.config import AutoscalingSpec
+from router.serve_autoscaling import AutoscalingSpec
 from sim.autoscaler import SimAutoscaler, apply_delay, ongoing_requests_policy, replica_metrics
 from sim.deployment import SimDeployment
 from tests.sim.helpers import profile, request

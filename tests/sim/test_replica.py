@@ -120,11 +120,33 @@ def test_a_report_keeps_the_load_it_posted_while_the_replica_moves_on():
 
     posted = replica.post_report(0.5)
 
-    assert (posted.at_s, posted.running, posted.queued, posted.queued_prompt_tokens) == (
+    assert (posted.at_s, posted.running_requests, posted.queued_requests, posted.queued_prompt_tokens) == (
         0.5,
         1,
         1,
         400,
     )  # both prompts unprefilled
     replica.submit(request(2, prompt=200, out=5), 0.6)
-    assert replica.report is posted and replica.report.queued == 1 and replica.queued == 2
+    assert replica.report is posted and replica.report.queued_requests == 1 and replica.queued == 2
+
+
+def test_a_report_counts_the_kv_context_its_running_sequences_hold():
+    # As the engines report it (EngineStats.context_tokens): each running sequence's prompt prefilled so far plus
+    # the tokens it made, counted through a decode-only jump as its iterations pass.
+    replica = SimReplica("r", profile(), 0.0)
+    end = replica.submit(request(0, prompt=100, out=50), 0.0)
+    assert replica.post_report(0.01).context_tokens == 0  # its prompt is still being prefilled
+    _, end = replica.step_end(end)  # 20 ms: prefilled, with its first token
+    assert replica.post_report(0.02).context_tokens == 101
+    assert replica.post_report(0.055).context_tokens == 104  # three decode steps (10 ms each) into the jump
+    end = replica.submit(request(1, prompt=300, out=5), 0.055)  # cuts the jump short at 60 ms
+    assert end is not None
+    _, end = replica.step_end(end)
+    assert replica.post_report(0.06).context_tokens == 105
+    assert end is not None
+    now = end
+    _, end = replica.step_end(now)  # the second prompt prefilled beside the first's next token
+    assert replica.post_report(now).context_tokens == 106 + 301
+
+    run_to_idle(replica, end)
+    assert replica.post_report(10.0).context_tokens == 0

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from router import RouterConfig, SLOTier
 from router.explain import parse_candidates
-from serve_app.config import AutoscalingSpec
+from router.serve_autoscaling import AutoscalingSpec
 from sim.seed import router_seed
 from sim.simulator import Simulation, SimVariant
 from sim.workload import Stream, sim_requests
-from tests.sim.helpers import profile
+from tests.sim.helpers import profile, request
 from traffic.arrivals import ConstantArrivals, PoissonArrivals, SpikeArrivals
 from traffic.records import RequestRecord
 from traffic.summary import Summary, summarize
@@ -161,7 +161,7 @@ def test_two_ingresses_each_route_round_robin_to_both_variants():
 
 def test_the_router_sees_a_variant_as_its_replicas_last_reported_it():
     # Replicas post their load every report period; between posts the router's view stays as posted, however the
-    # queues move (the real stats board's cadence, serve_app/stats_board.STATS_PERIOD_S).
+    # queues move (the real stats board's cadence, router.views.STATS_PERIOD_S).
     router = ROUTER.model_copy(update={"policy": "largest"})
     sim = Simulation([variant("a")], router, seed=7, report_period_s=1000.0)
     sim.run(sim_requests([stream(50.0)], 5.0, router), horizon_s=5.0)
@@ -169,4 +169,23 @@ def test_the_router_sees_a_variant_as_its_replicas_last_reported_it():
 
     assert replica.report is not None and replica.report.at_s < 1000.0
     view = sim._snapshot_view("a", sim.ingresses[0], 0.0)
-    assert view.running_requests == replica.report.running and view.queued_requests == replica.report.queued
+    assert (
+        view.running_requests == replica.report.running_requests
+        and view.queued_requests == replica.report.queued_requests
+    )
+
+
+def test_the_router_sees_the_kv_context_the_replicas_reported():
+    # The view is router.views.variant_view of the replicas' reports, as the app builds it: their KV context too.
+    sim = Simulation([variant("a")], ROUTER, seed=7)
+    first, second = (sim.deployments["a"].add_replica(0.0) for _ in range(2))
+    for replica in (first, second):
+        sim._mark_ready(replica, 0.0)
+    for replica, prompt in ((first, 300), (second, 500)):
+        end = replica.submit(request(prompt=prompt, out=20), 0.0)
+        assert end is not None
+        replica.step_end(end)  # prefilled, with its first token
+        replica.post_report(end)
+
+    view = sim._snapshot_view("a", sim.ingresses[0], 1.0)
+    assert (view.ready_replicas, view.context_tokens) == (2, 301 + 501)

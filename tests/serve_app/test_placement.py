@@ -11,8 +11,8 @@ import pytest
 from ray import serve
 from ray.serve import Deployment
 
-from cluster.placement import WorkerLayout, replica_bundles, replica_placement, worker_layout
 from serve_app.config import VariantConfig, load_config_file
+from serve_app.placement import WorkerLayout, replica_bundles, replica_placement, worker_layout
 
 ROOT = Path(__file__).resolve().parents[2]
 
