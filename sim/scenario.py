@@ -4,7 +4,7 @@ Each (policy, scaling) pair is one simulated run of the same traffic. Scaling mo
 
 * ``static``: every pool fully provisioned for the whole run (no autoscaler): the GPU-hours ceiling;
 * ``ongoing_requests``: Serve's default autoscaler (ongoing requests per replica vs a target);
-* ``engine_load``: the project's own policy (``router.autoscaling`` via ``serve_app.autoscaling``).
+* ``engine_load``: the project's own policy (``router.autoscaling`` via ``router.serve_autoscaling``).
 
 :func:`builtin_scenario` is the reference cluster: 64 H200s split between an INT4 8B pool (one GPU a
 replica) and an FP8 70B tensor-parallel-4 pool, an hour of chat, RAG and batch traffic whose rate
