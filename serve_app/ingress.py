@@ -72,12 +72,14 @@ class Ingress(HttpRoutes, GrpcRoutes):
         if transport == "channel":  # every stream's deltas on one connection per engine replica (delta_channel)
             self._channel = ChannelReceiver()
             handles = {name: ChannelHandle(h, self._channel) for name, h in handles.items()}
+        metrics = IngressMetrics()
         routing = RoutingTable(  # publish: the demand it redirects, for the variants' autoscalers
             parsed,
             lambda: board.snapshot.remote(),
             publish=lambda source, levels: board.redirected.remote(source, levels),
             wake=lambda name: variants[name].info.remote(),  # a variant at zero replicas: Serve's cold start
             kv_changes=lambda cursors: board.kv_changes.remote(cursors),  # the engines' prefix caches
+            index_size=metrics.prefix_index,
         )
         routing.start()
         keys = KeyStore(parsed.auth)
@@ -91,7 +93,7 @@ class Ingress(HttpRoutes, GrpcRoutes):
             keys=keys,
             limits=limits,
             prompts=PromptBuilder(parsed.tokenizer_ref),
-            metrics=IngressMetrics(),
+            metrics=metrics,
             unwrap=unwrap_ray_error,
             replica_lost=(RayActorError, ActorUnavailableError),
             ingress_id=serve.get_replica_context().replica_id.unique_id,  # x-route-ingress

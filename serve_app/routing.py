@@ -75,11 +75,13 @@ class RoutingTable:
         publish: Callable[[str, dict[str, float]], Awaitable[None]] | None = None,
         wake: Callable[[str], Awaitable[Any]] | None = None,
         kv_changes: Callable[[dict[str, int]], Awaitable[dict[str, tuple[int, KvEvents]]]] | None = None,
+        index_size: Callable[[str, IndexSize], None] | None = None,
     ) -> None:
         """``snapshot``: the stats board's replicas per variant; ``publish(source, levels)``: where this table
         sends the demand its decisions redirected away from each variant (the board, for the autoscalers);
         ``wake(variant)``: a call to one of the variant's replicas that waits at its handle until one runs;
-        ``kv_changes(cursors)``: the board's prefix cache changes since ``cursors`` (``StatsBoard.kv_changes``)."""
+        ``kv_changes(cursors)``: the board's prefix cache changes since ``cursors`` (``StatsBoard.kv_changes``);
+        ``index_size(variant, size)``: told each variant's prefix index size after each refresh (the metrics)."""
         self.config = config
         self._snapshot_fn = snapshot
         self._publish_fn = publish
@@ -104,6 +106,7 @@ class RoutingTable:
         self._task: asyncio.Task | None = None
         # Per variant whose engines reuse prompt blocks, which replica holds which (router/prefix_index.py).
         self._kv_changes_fn = kv_changes
+        self._index_size_fn = index_size
         self._kv_cursors: dict[str, int] = {}
         self.prefix: dict[str, PrefixIndex] = {}
         # affinity key -> (variant, replica, whole blocks of its last prompt, the last one's hash), least recent first
@@ -150,6 +153,8 @@ class RoutingTable:
                 self._kv_cursors[replica] = seq
         for name, index in self.prefix.items():
             index.retain({r.replica for r in snapshot.get(name, ())})
+            if self._index_size_fn is not None:
+                self._index_size_fn(name, index.size())
         for gone in [r for r in self._kv_cursors if r not in variant_of]:
             del self._kv_cursors[gone]
 
@@ -225,9 +230,6 @@ class RoutingTable:
             self._affinity.move_to_end(affinity_key)
             while len(self._affinity) > AFFINITY_KEYS:
                 self._affinity.popitem(last=False)
-
-    def prefix_index_sizes(self) -> dict[str, IndexSize]:
-        return {name: index.size() for name, index in self.prefix.items()}
 
     async def _publish_redirected(self, now: float) -> None:
         # Only changes are sent (nothing at all while nothing is redirected); the board forgets a silent

@@ -343,7 +343,7 @@ async def test_a_refresh_hands_each_replicas_unprefilled_prompt_tokens_to_the_re
         replica_router.CHOICE_STATE.note_reports({})
 
 
-def _emulated_table(kv_changes) -> RoutingTable:
+def _emulated_table(kv_changes, index_size=None) -> RoutingTable:
     """A table over the emulated H200 fleet (its engines reuse and report prompt blocks), two 8B replicas."""
     args = yaml.safe_load((REPO / "configs" / "emulated-h200.yaml").read_text())["applications"][0]["args"]
     big = dataclasses.replace(_replica("x"), replica="x").stats
@@ -355,7 +355,7 @@ def _emulated_table(kv_changes) -> RoutingTable:
     async def board_snapshot():
         return snapshot
 
-    return RoutingTable(load_app_config(args), snapshot=board_snapshot, kv_changes=kv_changes)
+    return RoutingTable(load_app_config(args), snapshot=board_snapshot, kv_changes=kv_changes, index_size=index_size)
 
 
 async def test_the_prefix_index_follows_the_engines_reports_and_the_prediction_leaves_the_cache_out():
@@ -391,13 +391,15 @@ async def test_a_replica_gone_from_the_board_leaves_the_index():
     async def kv_changes(cursors):
         return {"a": (1, KvEvents(stored=set(block_hashes(prompt, 32)), cleared=True))}
 
-    table = _emulated_table(kv_changes)
+    sizes = []
+    table = _emulated_table(kv_changes, index_size=lambda variant, size: sizes.append((variant, size.blocks)))
     await table.refresh()
     assert table.prefix_lookup(prompt).cached
+    assert ("llama-8b-int4", 8) in sizes  # each variant's size, told to the metrics after each refresh
     table._snapshot_fn = _empty_board
     await table.refresh()
     assert not table.prefix_lookup(prompt).cached
-    assert table.prefix_index_sizes()["llama-8b-int4"].blocks == 0
+    assert sizes[-2:] == [("llama-8b-int4", 0), ("llama-70b-fp8", 0)]
 
 
 async def _empty_board():
