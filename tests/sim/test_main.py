@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from sim.__main__ import main
 from sim.scenario import builtin_scenario, simulate
 from traffic.records import write_jsonl
 from traffic.summary import Summary
 
 
+@pytest.mark.slow  # every policy and scaling mode of the builtin scenario: many seconds
 def test_a_short_builtin_run_reports_every_policy_and_scaling_mode(tmp_path, capsys):
     out = tmp_path / "out.json"
     argv = ["--json", str(out), "--duration-s", "20", "--workers", "1", "--policies", "slo", "largest"]
