@@ -17,7 +17,8 @@ in a deployment's ``runtime_env``:
 
 Measured A/B in docs/streaming.md: with both, the stack's serving CPU per token and its TTFT overhead fall by
 about half on a 2-core CPU. ``variant-serve run CONFIG`` is ``serve run CONFIG`` with these set (a value already
-in the environment wins, so ``RAY_SERVE_ENABLE_HA_PROXY=0 variant-serve run ...`` turns one off); every other
+in the environment wins, so ``RAY_SERVE_ENABLE_HA_PROXY=0 variant-serve run ...`` turns one off), run in a process
+of its own that ``variant-serve`` stops in order on Ctrl-C or SIGTERM (serve_app/supervisor.py); every other
 argument and subcommand is Serve's own.
 """
 
@@ -176,13 +177,21 @@ def _free_port_outside_ephemeral_range(taken: set[int]) -> int:
     return free_port("0.0.0.0") if port is None else port  # the band is full: an ephemeral port, as before
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    """``variant-serve <serve subcommand> ...``: Ray Serve's CLI, with the fast-path flags as defaults."""
+def main(argv: Sequence[str] | None = None) -> int:
+    """``variant-serve <serve subcommand> ...``: Ray Serve's CLI, with the fast-path flags as defaults. ``run`` runs
+    the server in a process of its own that this one stops in order on Ctrl-C or SIGTERM (serve_app/supervisor.py);
+    every other subcommand is Serve's, in this process."""
+    args = list(sys.argv[1:] if argv is None else argv)
     apply_fast_path_env()
+    from serve_app.supervisor import supervise, wants_supervision
+
+    if wants_supervision(args):
+        return supervise(args)
     from ray.serve.scripts import cli  # imported after the environment is set: Serve reads it on import
 
-    cli.main(args=list(sys.argv[1:] if argv is None else argv), prog_name="variant-serve")
+    cli.main(args=args, prog_name="variant-serve")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
