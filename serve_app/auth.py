@@ -152,11 +152,14 @@ class KeyStore:
                 return principal
         raise AuthenticationError("Invalid API key.")
 
-    def admit(self, principal: Principal | None, tokens: int, now: float) -> None:
-        """Charges one request of ``tokens`` tokens and one stream slot, or raises ``OverloadedError``."""
+    def admit(self, principal: Principal | None, tokens: int, now: float, streams: int = 1) -> None:
+        """Charges one request of ``tokens`` tokens and ``streams`` stream slots (one per choice; ``release`` gives
+        one back), or raises ``OverloadedError``."""
         if principal is None:
             return
-        if principal.max_streams is not None and principal.streams >= principal.max_streams:
+        if principal.max_streams is not None and streams > principal.max_streams:
+            raise OverloadedError(too_many_streams(principal.name, streams, principal.max_streams), retry_after_s=60.0)
+        if principal.max_streams is not None and principal.streams + streams > principal.max_streams:
             raise OverloadedError(
                 f"Key '{principal.name}' already has {principal.streams} requests in flight "
                 f"(limit {principal.max_streams}).",
@@ -179,9 +182,18 @@ class KeyStore:
                 )
             if wait:
                 raise OverloadedError(f"Rate limit for key '{principal.name}': tokens per minute.", retry_after_s=wait)
-        principal.streams += 1
+        principal.streams += streams
 
     @staticmethod
     def release(principal: Principal | None) -> None:
+        """Gives one stream slot back."""
         if principal is not None:
             principal.streams -= 1
+
+
+def too_many_streams(name: str, streams: int, limit: int) -> str:
+    """The refusal of a request whose choices (its prompts times ``n``) outnumber its key's stream limit."""
+    return (
+        f"This request needs {streams} streams (one per choice: its prompts times n), more than key '{name}' may "
+        f"have in flight ({limit}): send fewer prompts or a smaller n."
+    )

@@ -3,7 +3,9 @@
 A ``GenerateRequest`` becomes exactly the JSON body ``/v1/completions`` or ``/v1/chat/completions`` takes,
 so the same pydantic models validate it with the same messages and ``param`` names (the proto's fields are
 named like the body's); its SLO fields become the ``x-slo-*`` headers the router reads. Unset optional
-fields are left out of the body, so the HTTP defaults apply.
+fields are left out of the body, so the HTTP defaults apply. Bytes that were no message at all
+(``grpc_api.UndecodableRequest``) are an ``InvalidRequestError`` when the body is read, after auth, as HTTP's
+bodies that are not JSON.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from core.errors import InvalidRequestError
 from engines.protocol import Delta
 from router.headers import TIER_HEADER, TPOT_HEADER, TTFT_HEADER
-from serve_app.grpc_api import llm_pb2
+from serve_app.grpc_api import UndecodableRequest, llm_pb2
 from serve_app.openai_format import openai_finish_reason
 
 if TYPE_CHECKING:
@@ -25,12 +27,21 @@ _OPTIONAL = ("max_tokens", "temperature", "top_p", "top_k", "seed", "n", "priori
 _SLO_FIELDS = {TIER_HEADER: "tier", TTFT_HEADER: "ttft_ms", TPOT_HEADER: "tpot_ms"}
 
 
+def decoded(request: Any) -> Any:
+    """``request``, or an ``InvalidRequestError`` when its bytes were not its message (:class:`UndecodableRequest`)."""
+    if isinstance(request, UndecodableRequest):
+        raise InvalidRequestError(f"The request is not a valid message of this method: {request.error}")
+    return request
+
+
 def is_chat(request: Any) -> bool:
-    return len(request.messages) > 0
+    return not isinstance(request, UndecodableRequest) and len(request.messages) > 0
 
 
 def request_body(request: Any) -> dict[str, Any]:
-    """The HTTP body equivalent to ``request``; raises when it has no prompt or more than one kind of one."""
+    """The HTTP body equivalent to ``request``; raises when it has no prompt or more than one kind of one, or was
+    no ``GenerateRequest`` at all."""
+    decoded(request)
     given = [name for name, set_ in _prompt_kinds(request) if set_]
     if len(given) != 1:
         raise InvalidRequestError(
@@ -65,7 +76,9 @@ def _prompt_kinds(request: Any) -> Iterable[tuple[str, bool]]:
 
 def slo_headers(request: Any) -> dict[str, str]:
     """The request's SLO fields as the headers ``router.features_from_headers`` reads."""
-    headers = {}
+    headers: dict[str, str] = {}
+    if isinstance(request, UndecodableRequest):  # refused once the body is read (request_body)
+        return headers
     if request.tier:
         headers[TIER_HEADER] = request.tier
     if request.HasField("ttft_ms"):

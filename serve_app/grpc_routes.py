@@ -97,6 +97,7 @@ class GrpcRoutes:
         pipe = self._pipeline
         try:
             pipe.keys.authenticate(dict(grpc_context.invocation_metadata()).get("authorization"))
+            fmt.decoded(request)
         except Exception as exc:
             grpc_status(exc).apply(grpc_context)
             return fmt.no_models()  # gRPC sends the status alone, without this message

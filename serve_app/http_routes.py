@@ -1,9 +1,10 @@
 """The HTTP routes: OpenAI's API (SSE streaming) over the request pipeline, and the small endpoints beside it.
 
-A generation route reads the request (headers, the JSON body within its size limit), runs it through the
-pipeline, one ``Pipeline.run`` per choice (``choices.py``, as gRPC does), and writes what comes back in OpenAI's
-shapes (``openai_format.py``): before the first token an error is an HTTP error (``errors.py``); after it, an SSE
-error event followed by ``data: [DONE]``. Everything else (auth, validation, routing, limits, the engine, the
+A generation route reads the request (headers, the JSON body within its size and nesting limits:
+:func:`parse_json_body`), runs it through the pipeline, one ``Pipeline.run`` per choice (``choices.py``, as gRPC
+does; a completions batch's prompts each have their own), and writes what comes back in OpenAI's shapes
+(``openai_format.py``): before the first token an error is an HTTP error (``errors.py``); after it, an SSE error
+event followed by ``data: [DONE]``. Everything else (auth, validation, routing, limits, the engine, the
 release; starting, merging and ending a request's choices) is the pipeline's and ``choices.py``'s.
 
 The routes are methods of :class:`HttpRoutes`, mounted on a FastAPI app by :func:`mount`: on the class, for Serve
@@ -14,6 +15,8 @@ anywhere (:func:`standalone_app`: the tests, with a fake engine).
 # No `from __future__ import annotations` here: FastAPI must resolve the route parameters' annotations.
 import json
 import logging
+import math
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -155,7 +158,9 @@ class HttpRoutes:
             logprobs=req.requested_logprobs() is not None,
             tool_names=req.parsed_tool_names() if chat else None,  # tool_calls read back (serve_app/tool_calls.py)
         )
-        echo = pipe.prompt_text(req.prompt) if not chat and req.echo else ""  # the prompt, before the completion
+        # Completions' echo: each choice's prompt, before its completion.
+        echoes = [pipe.prompt_text(p) for p in req.prompts()] if not chat and req.echo else []
+        echo = [echoes[index // started.n] for index in range(len(started))] if echoes else [""] * len(started)
         if req.stream:
             return StreamingResponse(
                 self._relay(started, shape, req.include_usage, echo),
@@ -165,14 +170,14 @@ class HttpRoutes:
         return await self._collect(started, shape, echo)
 
     async def _relay(
-        self, started: Choices, shape: ResponseShape, include_usage: bool, echo: str
+        self, started: Choices, shape: ResponseShape, include_usage: bool, echo: list[str]
     ) -> AsyncIterator[bytes]:
-        """The SSE stream: every choice's chunks as they come, each with its index; an error after the first
-        token is an error event, then [DONE]."""
+        """The SSE stream: every choice's chunks as they come, each with its index (``echo``: each choice's text
+        before them); an error after the first token is an error event, then [DONE]."""
         try:
-            if echo:
-                for index in range(len(started)):
-                    yield shape.sse_chunk(echo, None, None, index)
+            for index, text in enumerate(echo):
+                if text:
+                    yield shape.sse_chunk(text, None, None, index)
             # The finishing chunk of the last choice to finish waits for the runs to end (each returns right after
             # yielding it) and leaves with the usage chunk and [DONE] as one write: each message costs the ingress a
             # send and a loop turn whatever its size, and a stream of ~30 messages had three at its end.
@@ -199,9 +204,9 @@ class HttpRoutes:
         finally:
             await started.close()
 
-    async def _collect(self, started: Choices, shape: ResponseShape, echo: str) -> Response:
-        """The whole response: every choice's text in one body."""
-        texts: list[list[str]] = [[echo] for _ in range(len(started))]
+    async def _collect(self, started: Choices, shape: ResponseShape, echo: list[str]) -> Response:
+        """The whole response: every choice's text (after its ``echo``) in one body."""
+        texts: list[list[str]] = [[text] for text in echo]
         logprobs: list[list[TokenLogprob]] = [[] for _ in range(len(started))]
         try:
             async for index, delta in started.deltas():
@@ -236,10 +241,62 @@ class HttpRoutes:
             if size > limit:
                 raise PayloadTooLargeError(f"The request body exceeds the limit of {limit} bytes.")
             chunks.append(chunk)
-        try:
-            return json.loads(b"".join(chunks))
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise InvalidRequestError(f"The request body is not valid JSON: {e}") from None
+        return parse_json_body(b"".join(chunks))
+
+
+# Deeper JSON is refused: no OpenAI body nests more than a handful of levels (a tool's JSON schema, a few more), and
+# every layer after parsing (validation, chat templates, guided decoding's schemas) recurses over it.
+MAX_JSON_DEPTH = 64
+
+
+def parse_json_body(raw: bytes) -> Any:
+    """A request body as JSON, or an ``InvalidRequestError`` for anything else a client can send: bytes that are not
+    JSON or not UTF-8 (or UTF-16/32, which JSON allows), NaN and Infinity (not JSON, though Python's parser takes
+    them), a number beyond a double's range, an integer longer than Python converts (4,300 digits), nesting
+    deeper than :data:`MAX_JSON_DEPTH`. A key sent twice keeps its last value, as in most parsers (RFC 8259,
+    section 4, leaves it to them)."""
+    try:
+        text = raw.decode(json.detect_encoding(raw), "surrogatepass")  # as json.loads decodes bytes
+        body = json.loads(text, parse_constant=_not_json, parse_float=_finite)
+    except RecursionError:  # the parser's own recursion, far beyond MAX_JSON_DEPTH
+        raise InvalidRequestError(f"The request body nests deeper than {MAX_JSON_DEPTH} levels.") from None
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError, an integer over the digit limit, _not_json
+        raise InvalidRequestError(f"The request body is not valid JSON: {e}") from None
+    if not _nests_within(text, MAX_JSON_DEPTH):
+        raise InvalidRequestError(f"The request body nests deeper than {MAX_JSON_DEPTH} levels.")
+    return body
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"the number {text[:40]} is beyond a double's range")
+    return value
+
+
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_A_BRACKET = re.compile(r"[^\[\]{}]+")
+_INNERMOST = re.compile(r"\[\]|\{\}")
+
+
+def _nests_within(text: str, limit: int) -> bool:
+    """Whether the JSON ``text`` (valid: parsed already) nests arrays and objects at most ``limit`` deep.
+
+    On the text, at C speed whatever its shape: a walk over the parsed value costs a Python step per list (a
+    megabyte of ``[[1],[2],...]`` takes a second). With strings taken out, the brackets are left; each pass takes
+    out the innermost pairs, one level."""
+    if text.count("[") + text.count("{") <= limit:  # most bodies, whatever their size
+        return True
+    brackets = _NOT_A_BRACKET.sub("", _JSON_STRING.sub("", text))
+    for _ in range(limit):
+        if not brackets:
+            return True
+        brackets = _INNERMOST.sub("", brackets)
+    return not brackets
 
 
 # The routes, as (HTTP method, path, HttpRoutes method name).

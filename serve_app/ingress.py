@@ -21,6 +21,7 @@ from serve_app.auth import KeyStore
 from serve_app.config import AppConfig
 from serve_app.delta_channel import ChannelHandle, ChannelReceiver
 from serve_app.grpc_routes import GrpcRoutes
+from serve_app.header_guard import guard_direct_ingress
 from serve_app.http_routes import HttpRoutes, mount, new_app
 from serve_app.limiter import SharedLimits
 from serve_app.metrics import IngressMetrics
@@ -61,6 +62,7 @@ class Ingress(HttpRoutes, GrpcRoutes):
         self, config: dict, variants: dict[str, Any], board: Any, limiter: Any = None
     ) -> None:
         parsed = AppConfig.model_validate(config)
+        guard_direct_ingress()  # Serve's entry point before the app: headers it cannot decode are a 400, not its 500
         # _by_reference=False: Serve's inter-deployment gRPC (every replica runs its server), one stream per
         # request instead of one Ray object per delta; the per-object bookkeeping was most of the ingress's CPU
         # per token. Errors arrive the same way (RayTaskError; ActorUnavailableError for a replica gone).

@@ -32,7 +32,7 @@ from typing import Any
 from ray import serve
 
 from core.errors import OverloadedError
-from serve_app.auth import KeyStore, Principal
+from serve_app.auth import KeyStore, Principal, too_many_streams
 
 logger = logging.getLogger("ray.serve")
 
@@ -266,16 +266,25 @@ class _Lease:
 
 
 class Admission:
-    """What one admitted request holds of its key; ``release`` once, when the request ends."""
+    """What one admitted request holds of its key: a stream slot per choice (each prompt's ``n``). Each choice
+    gives its slot back when it ends (:meth:`release`); :meth:`release_all`, when the request ends, gives back the
+    slots of choices that never started."""
 
-    __slots__ = ("_release",)
+    __slots__ = ("_release", "_slots")
 
-    def __init__(self, release: Callable[[], None]) -> None:
-        self._release = release
+    def __init__(self, release: Callable[[], None], slots: int = 1) -> None:
+        self._release = release  # gives one slot back
+        self._slots = slots
 
     def release(self) -> None:
-        release, self._release = self._release, _nothing
-        release()
+        """Gives one slot back; nothing once every slot is back."""
+        if self._slots > 0:
+            self._slots -= 1
+            self._release()
+
+    def release_all(self) -> None:
+        while self._slots > 0:
+            self.release()
 
 
 def _nothing() -> None:
@@ -297,30 +306,33 @@ class SharedLimits:
         self._tasks: set[asyncio.Task] = set()
         self._loop_task: asyncio.Task | None = None
 
-    async def admit(self, principal: Principal | None, tokens: int) -> Admission:
-        """Charges one request of ``tokens`` tokens and a stream slot to the key, or raises ``OverloadedError``."""
+    async def admit(self, principal: Principal | None, tokens: int, streams: int = 1) -> Admission:
+        """Charges one request of ``tokens`` tokens and ``streams`` stream slots (one per choice) to the key, all or
+        nothing, or raises ``OverloadedError``."""
         if principal is None:
-            return Admission(_nothing)
+            return Admission(_nothing, streams)
         limits = self._limits.get(principal.name) or self._limits.setdefault(principal.name, KeyLimits.of(principal))
         if not limits.any:
-            return Admission(_nothing)
+            return Admission(_nothing, streams)
         if self._ledger is None:
-            return self._admit_locally(principal, tokens)
+            return self._admit_locally(principal, tokens, streams)
         if limits.tokens_per_minute is not None and tokens > limits.tokens_per_minute:  # no lease can ever cover it
             raise OverloadedError(
                 f"This request needs {tokens} tokens, more than key '{principal.name}' may use per minute.",
                 retry_after_s=60.0,
             )
+        if limits.max_streams is not None and streams > limits.max_streams:  # nor can any number of slots
+            raise OverloadedError(too_many_streams(principal.name, streams, limits.max_streams), retry_after_s=60.0)
         lease = self._leases.setdefault(principal.name, _Lease())
-        if self._needs(lease, limits, tokens) != (0.0, 0.0, 0):
+        if self._needs(lease, limits, tokens, streams) != (0.0, 0.0, 0):
             async with lease.lock:
-                need = self._needs(lease, limits, tokens)  # another request may have leased meanwhile
+                need = self._needs(lease, limits, tokens, streams)  # another request may have leased meanwhile
                 if need != (0.0, 0.0, 0):
                     try:
                         grant = await self._ledger.lease.remote(self._holder, principal.name, limits, *need)
                     except Exception as exc:  # the ledger is gone or restarting: this replica enforces alone
                         logger.warning("key limiter unreachable (%s): limits enforced per ingress replica", exc)
-                        return self._admit_locally(principal, tokens)
+                        return self._admit_locally(principal, tokens, streams)
                     if grant.refused is not None:
                         raise OverloadedError(grant.refused, retry_after_s=grant.retry_after_s)
                     lease.requests += grant.requests
@@ -334,20 +346,20 @@ class SharedLimits:
         if limits.tokens_per_minute is not None:
             lease.tokens -= tokens
         if limits.max_streams is None:
-            return Admission(_nothing)
-        lease.busy += 1
-        return Admission(lambda: self._release_slot(principal.name, lease))
+            return Admission(_nothing, streams)
+        lease.busy += streams
+        return Admission(lambda: self._release_slot(principal.name, lease), streams)
 
     @staticmethod
-    def _needs(lease: _Lease, limits: KeyLimits, tokens: int) -> tuple[float, float, int]:
+    def _needs(lease: _Lease, limits: KeyLimits, tokens: int, streams: int) -> tuple[float, float, int]:
         requests = max(0.0, 1.0 - lease.requests) if limits.requests_per_minute is not None else 0.0
         more_tokens = max(0.0, tokens - lease.tokens) if limits.tokens_per_minute is not None else 0.0
-        streams = 1 if limits.max_streams is not None and lease.busy >= lease.slots else 0
-        return requests, more_tokens, streams
+        more_streams = max(0, lease.busy + streams - lease.slots) if limits.max_streams is not None else 0
+        return requests, more_tokens, more_streams
 
-    def _admit_locally(self, principal: Principal, tokens: int) -> Admission:
-        self._keys.admit(principal, tokens, self._clock())
-        return Admission(lambda: self._keys.release(principal))
+    def _admit_locally(self, principal: Principal, tokens: int, streams: int) -> Admission:
+        self._keys.admit(principal, tokens, self._clock(), streams)
+        return Admission(lambda: self._keys.release(principal), streams)
 
     def _release_slot(self, key: str, lease: _Lease) -> None:
         lease.busy -= 1

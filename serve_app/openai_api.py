@@ -21,7 +21,7 @@ checked for type and range, and every failure names its field (OpenAI's ``error.
 from __future__ import annotations
 
 import json
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, cast
 
 from pydantic import (
     BaseModel,
@@ -40,6 +40,11 @@ from serve_app.tool_calls import NamedToolChoice, Tool, ToolChoice, call_schema
 
 # The most choices (``n``) one request may ask for: each is an engine request of its own.
 MAX_CHOICES = 8
+# Integer fields are bounded as the gRPC API's (grpc_api/llm.proto) types bound them, so that no value a client sends
+# reaches an engine or the router's arithmetic outside what they take (an int of 4,000 digits is valid JSON). The seed
+# is OpenAI's int64 (its API reference gives the range).
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 # A temperature below this is greedy (vLLM's _SAMPLING_EPS): dividing logits by 1e-120 overflows them to inf, and the
 # engine's sampler then fails the request (torch.multinomial: "probability tensor contains either inf, nan or
 # element < 0"; found by tests/serve_app/test_fuzz_schema.py).
@@ -89,10 +94,12 @@ class _SamplingFields(BaseModel):
     max_tokens: int | None = Field(None, description="Tokens to generate; the server default applies when absent.")
     temperature: float = Field(1.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
-    top_k: int = Field(0, ge=0, description="Extension (vLLM): 0 disables top-k.")
-    seed: int | None = None
+    top_k: int = Field(0, ge=0, le=INT32_MAX, description="Extension (vLLM): 0 disables top-k.")
+    seed: int | None = Field(None, ge=INT64_MIN, le=INT64_MAX)
     stop: str | list[str] | None = None
-    stop_token_ids: list[int] = Field(default_factory=list, description="Extension (vLLM).")
+    stop_token_ids: list[Annotated[int, Field(ge=0, le=INT32_MAX)]] = Field(
+        default_factory=list, description="Extension (vLLM)."
+    )
     ignore_eos: bool = Field(False, description="Extension (vLLM): keep generating past end-of-sequence.")
     # strict: a JSON false is not a penalty of 0, nor a string a number.
     presence_penalty: float | None = Field(None, ge=-2.0, le=2.0, strict=True, description="0 (or absent) is off.")
@@ -126,7 +133,10 @@ class _SamplingFields(BaseModel):
     stream: bool = False
     stream_options: StreamOptions | None = None
     priority: int | None = Field(
-        None, description="Extension: higher may wait in longer queues; None takes the SLO tier's priority."
+        None,
+        ge=INT32_MIN,
+        le=INT32_MAX,
+        description="Extension: higher may wait in longer queues; None takes the SLO tier's priority.",
     )
 
     @field_validator("stop")
@@ -143,7 +153,8 @@ class _SamplingFields(BaseModel):
     @classmethod
     def _token_biases(cls, v: dict[str, StrictFloat] | None) -> dict[str, StrictFloat] | None:
         for token, bias in (v or {}).items():
-            if not token.isdigit():
+            # ASCII digits only: str.isdigit() is true of '²', which int() refuses; and a token id fits int32.
+            if not (token.isascii() and token.isdigit() and len(token) <= 10 and int(token) <= INT32_MAX):
                 raise ValueError(f"keys must be token ids (non-negative integers as strings), got {token!r}")
             if not -100.0 <= bias <= 100.0:
                 raise ValueError(f"biases must be in [-100, 100], got {bias} for token {token}")
@@ -239,12 +250,15 @@ def refuse_unsupported(body: dict[str, Any], unsupported: dict[str, tuple[Any, .
 
 
 class CompletionRequest(_SamplingFields):
-    """POST /v1/completions. ``prompt`` is text or a list of token ids (one prompt per request)."""
+    """POST /v1/completions. ``prompt`` is one prompt (text or token ids) or a batch of them (:meth:`prompts`)."""
 
     unsupported: ClassVar[dict[str, tuple[Any, ...]]] = UNSUPPORTED_COMPLETION
     ignored: ClassVar[tuple[str, ...]] = IGNORED_COMPLETION
 
-    prompt: str | list[int] | list[str] | list[list[int]]
+    prompt: str | list[int] | list[str] | list[list[int]] = Field(
+        description="A prompt (text, or token ids), or a batch of them (a list of texts, or of token-id lists): "
+        "each prompt gets 'n' choices, choice j of prompt i at index i * n + j."
+    )
     echo: StrictBool | None = Field(
         None, description="Send the prompt back before the completion (a token-id prompt as its decoded text)."
     )
@@ -286,14 +300,12 @@ class CompletionRequest(_SamplingFields):
             raise InvalidRequestError("'echo' together with 'logprobs' is not supported: send one.", param="echo")
         return self.logprobs
 
-    @field_validator("prompt")
-    @classmethod
-    def _one_prompt(cls, v: Any) -> str | list[int]:
-        if isinstance(v, list) and v and isinstance(v[0], str | list):
-            if len(v) != 1:
-                raise ValueError("only one prompt per request is supported; send a string or a list of token ids")
-            return v[0]
-        return v
+    def prompts(self) -> list[str | list[int]]:
+        """The request's prompts: its one prompt, or the batch (OpenAI's list of texts or of token-id lists)."""
+        prompt = self.prompt
+        if isinstance(prompt, list) and prompt and isinstance(prompt[0], str | list):
+            return list(prompt)
+        return [cast("str | list[int]", prompt)]  # not a batch: text, or token ids (perhaps none)
 
 
 class ChatMessage(BaseModel):

@@ -10,9 +10,10 @@ which aborts the request inside the engine.
 ended: it returns (a success), it raises :class:`RequestFailed` (the error, translated once, already released: the
 route tells its client), or it is closed or cancelled (the client went away: released as cancelled, unless a
 sibling choice's failure or the route's own error ended it, ``Flight.ended_by``). A route (``http_routes.py``,
-``grpc_routes.py``) does not iterate it itself: ``choices.py`` runs one per choice of the request (``n``) and hands
-the route every choice's deltas, so that a route only reads its protocol's request and writes its protocol's
-stream.
+``grpc_routes.py``) does not iterate it itself: ``choices.py`` runs one per choice of the request (``n`` for each
+prompt of a completions batch) and hands the route every choice's deltas, so that a route only reads its
+protocol's request and writes its protocol's stream. The request's first choice tokenizes every prompt and admits
+the whole request against the key's limits; each later choice is routed on its own prompt (:class:`Part`).
 
 Nothing here needs Ray: the engine handles, the clock, the key store, the limits, the routing table and the
 metrics are given to it (``ingress.py`` gives Serve's; ``tests/serve_app/test_pipeline.py`` fakes the engine).
@@ -68,6 +69,7 @@ class Inbound:
     authorization: str | None  # "Bearer <key>": the HTTP header or the gRPC metadata
     slo_headers: Mapping[str, str]  # x-slo-tier / x-slo-ttft-ms / x-slo-tpot-ms, as router.features_from_headers reads
     read_body: Callable[[], Awaitable[Any]]  # the body as the HTTP API's JSON (parsed, not yet validated)
+    part: Part | None = None  # a choice after the request's first (choices.py); None: the first, or the only one
 
     def with_body(self, body: Any) -> Inbound:
         """This request with ``body`` in hand (an extra choice's, ``choices.py``): read when the pipeline asks."""
@@ -76,6 +78,15 @@ class Inbound:
             return body
 
         return dataclasses.replace(self, read_body=read_body)
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """A choice of a request after its first (``choices.py``): the token ids of the prompt it completes, tokenized
+    and checked with the request's first choice, and the request's admission, which holds a stream slot for it."""
+
+    prompt_ids: list[int]
+    admission: Admission | None
 
 
 class RequestFailed(Exception):
@@ -99,6 +110,8 @@ class Flight:
     arrived_at: float  # the ingress took the request (the pipeline's clock)
     request: Any = None  # the validated CompletionRequest / ChatCompletionRequest
     prompt_tokens: int = 0
+    # The first choice's: every prompt of the request tokenized (one, or a completions batch), in order.
+    prompts: list[list[int]] = field(default_factory=list)
     headers: dict[str, str] = field(
         default_factory=dict
     )  # x-route-*, server-timing (HTTP headers; gRPC's last message)
@@ -264,19 +277,21 @@ class Pipeline:
             flight.stream.cancel()  # client gone, failed or timed out: abort inside the engine
 
     async def _start(self, flight: Flight, inbound: Inbound) -> Delta:
-        """auth -> parse -> tokenize -> route -> admit -> open the route ticket -> first delta."""
+        """auth -> parse -> tokenize -> route -> admit -> open the route ticket -> first delta.
+
+        The request's first choice tokenizes and checks every prompt of the request and admits the whole request
+        against the key's limits; a later choice (``inbound.part``) takes its prompt and its stream slot from it."""
+        part = inbound.part
+        if part is not None:
+            flight.admission = part.admission  # released with this choice, whichever way it ends
         flight.principal = self.keys.authenticate(inbound.authorization)
         body = await inbound.read_body()
         req = flight.request = parse_request(ChatCompletionRequest if inbound.chat else CompletionRequest, body)
         pinned = self._check_model(req.model)
-        if inbound.chat:
-            prompt_ids = self._prompts.chat(req.messages, req.template_tools())
-            max_tokens = req.effective_max_tokens()
-        else:
-            prompt_ids = self._prompts.completion(req.prompt)
-            max_tokens = req.max_tokens
-        max_tokens = self._check_max_tokens(max_tokens)
-        self._check_prompt_limit(len(prompt_ids))
+        if part is None:
+            flight.prompts = self._tokenize(req, inbound.chat)
+        prompt_ids = part.prompt_ids if part is not None else flight.prompts[0]
+        max_tokens = self._check_max_tokens(req.effective_max_tokens() if inbound.chat else req.max_tokens)
         flight.prompt_tokens = len(prompt_ids)
         sampling = req.sampling(max_tokens)
         features = features_from_headers(
@@ -302,7 +317,8 @@ class Pipeline:
             raise refused
         flight.variant = variant
         flight.headers["x-route-variant"] = variant
-        flight.admission = await self._limits.admit(flight.principal, len(prompt_ids) + max_tokens)
+        if part is None:
+            flight.admission = await self._admit(flight, max_tokens, req.n)
         flight.ticket = self.routing.open(
             variant,
             len(prompt_ids),
@@ -335,6 +351,33 @@ class Pipeline:
         flight.last = first
         logger.info("request %s -> %s (%s, %d prompt tokens)", flight.request_id, variant, reason, len(prompt_ids))
         return first
+
+    def _tokenize(self, req: Any, chat: bool) -> list[list[int]]:
+        """Every prompt of the request as token ids, each within the prompt limit; a batch within its cap."""
+        if chat:
+            prompts = [self._prompts.chat(req.messages, req.template_tools())]
+        else:
+            texts = req.prompts()
+            cap = self.config.limits.max_batch_prompts
+            if len(texts) > cap:
+                raise InvalidRequestError(
+                    f"The request batches {len(texts)} prompts; this endpoint accepts at most {cap} per request.",
+                    param="prompt",
+                )
+            prompts = [self._prompts.completion(text) for text in texts]
+        for ids in prompts:
+            self._check_prompt_limit(len(ids))
+        return prompts
+
+    async def _admit(self, flight: Flight, max_tokens: int, n: int) -> Admission:
+        """The whole request admitted against its key's limits at once: one request; every prompt's tokens once and
+        ``max_tokens`` for each of its ``n`` choices; a stream slot per choice. A batch is one request, as OpenAI
+        counts it (the OpenAI cookbook's "How to handle rate limits", "Batching requests": several prompts in one
+        request to stay under requests per minute), and it is charged or refused whole, before any of its choices
+        reaches an engine."""
+        prompts = flight.prompts
+        tokens = sum(len(ids) for ids in prompts) + len(prompts) * n * max_tokens
+        return await self._limits.admit(flight.principal, tokens, streams=len(prompts) * n)
 
     def _remaining(self, flight: Flight) -> float:
         return max(0.0, flight.deadline - self._clock())

@@ -12,36 +12,67 @@ from serve_app.grpc_api.codegen import ensure_generated
 
 ensure_generated()
 
+from collections.abc import Callable  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
 from typing import Any  # noqa: E402
+
+import grpc  # noqa: E402
+from google.protobuf.message import DecodeError  # noqa: E402
 
 from serve_app.grpc_api import llm_pb2, llm_pb2_grpc  # noqa: E402  (generated just above when missing)
 from serve_app.grpc_api.llm_pb2_grpc import LLMServiceStub  # noqa: E402
 from serve_app.ray_compat import RAY_2_60, ray_version  # noqa: E402
 
-__all__ = ["LLMServiceStub", "add_LLMServiceServicer_to_server", "llm_pb2", "llm_pb2_grpc"]
+__all__ = ["LLMServiceStub", "UndecodableRequest", "add_LLMServiceServicer_to_server", "llm_pb2", "llm_pb2_grpc"]
 
 
-class _GenericHandlersOnly:
-    """A server that takes the generated code's generic handlers but not its registered-method ones.
+@dataclass(frozen=True, slots=True)
+class UndecodableRequest:
+    """What a call's bytes become when they are not its request message (wire format corrupt, a string field that is
+    not UTF-8): the route answers INVALID_ARGUMENT with ``error``. grpcio's own answer would be UNKNOWN, with the
+    parser's exception as its details (``grpc.aio``: an exception in the request deserializer)."""
 
-    Serve's gRPC server routes every handler it is given to the ingress replicas; Ray 2.55's routes only generic
-    handlers (``_private/grpc_util.py`` ``gRPCGenericServer.add_generic_rpc_handlers``; 2.60 also overrides
-    ``add_registered_method_handlers``), so the registered ones, which grpcio prefers, would call Serve's
-    placeholder servicer (a Mock) instead. The generated code registers both, the generic ones as grpcio's
-    compatibility path."""
+    error: str
 
-    def __init__(self, server: Any) -> None:
-        self._server = server
 
-    def add_registered_method_handlers(self, service_name: str, method_handlers: Any) -> None:
+def _tolerant(parse: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+    def deserialize(raw: bytes) -> Any:
+        try:
+            return parse(raw)
+        except DecodeError as e:
+            return UndecodableRequest(str(e))
+
+    return deserialize
+
+
+class _Handlers:
+    """Takes the generated code's method handlers (it registers them both ways: generic and registered)."""
+
+    def __init__(self) -> None:
+        self.service = ""
+        self.handlers: dict[str, Any] = {}
+
+    def add_generic_rpc_handlers(self, generic_rpc_handlers: Any) -> None:
         pass
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._server, name)
+    def add_registered_method_handlers(self, service_name: str, method_handlers: dict[str, Any]) -> None:
+        self.service, self.handlers = service_name, method_handlers
 
 
 def add_LLMServiceServicer_to_server(servicer: Any, server: Any) -> None:  # the generated name
-    """The generated ``add_LLMServiceServicer_to_server``, with only generic handlers on a Ray before 2.60."""
-    llm_pb2_grpc.add_LLMServiceServicer_to_server(
-        servicer, server if ray_version() >= RAY_2_60 else _GenericHandlersOnly(server)
-    )
+    """The generated ``add_LLMServiceServicer_to_server``, each method's request parsed by :func:`_tolerant`.
+
+    Serve's gRPC server routes every handler it is given to the ingress replicas (keeping each one's request
+    deserializer). Ray 2.55's routes only generic handlers (``_private/grpc_util.py``
+    ``gRPCGenericServer.add_generic_rpc_handlers``; 2.60 also overrides ``add_registered_method_handlers``), so the
+    registered ones, which grpcio prefers, would call Serve's placeholder servicer (a Mock) instead: before 2.60 only
+    the generic ones are given."""
+    taken = _Handlers()
+    llm_pb2_grpc.add_LLMServiceServicer_to_server(servicer, taken)
+    handlers = {
+        name: handler._replace(request_deserializer=_tolerant(handler.request_deserializer))
+        for name, handler in taken.handlers.items()
+    }
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(taken.service, handlers),))
+    if ray_version() >= RAY_2_60:
+        server.add_registered_method_handlers(taken.service, handlers)

@@ -108,3 +108,17 @@ def test_concurrent_streams_are_limited_and_released():
         store.admit(caller, 1, now=0.0)
     store.release(caller)
     store.admit(caller, 1, now=0.0)
+
+
+def test_a_request_of_several_choices_takes_a_stream_slot_each_all_or_none():
+    store = _store(max_concurrent_streams=3)
+    caller = store.authenticate("Bearer sk-alice-secret")
+    store.admit(caller, 1, now=0.0, streams=2)
+    with pytest.raises(OverloadedError, match="in flight"):
+        store.admit(caller, 1, now=0.0, streams=2)
+    store.admit(caller, 1, now=0.0, streams=1)
+    with pytest.raises(OverloadedError, match="needs 4 streams"):  # never admitted, whatever is in flight
+        store.admit(caller, 1, now=0.0, streams=4)
+    for _ in range(3):
+        store.release(caller)
+    assert caller is not None and caller.streams == 0

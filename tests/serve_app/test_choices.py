@@ -5,6 +5,7 @@ The routes' own tests (test_routes.py, test_routes_grpc.py) check the same throu
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 import pytest
@@ -124,3 +125,70 @@ async def test_a_client_gone_mid_stream_releases_every_choice_as_cancelled(n):
     with pytest.raises(asyncio.CancelledError):
         await reading
     _released(h, {"499": n}, cancelled=True)
+
+
+# --------------------------------------------------------------------------- batched prompts
+
+KEY = "sk-test-1"
+
+
+def _batch_inbound(body: dict[str, Any]) -> Inbound:
+    async def read_body() -> Any:
+        return body
+
+    return Inbound(chat=False, authorization=f"Bearer {KEY}", slo_headers={}, read_body=read_body)
+
+
+async def test_a_batch_is_n_choices_of_each_prompt_each_routed_with_its_own_prompt_and_usage_summed():
+    h = harness(lambda r: answer(2))
+    body = _body(prompt=[[5], [5, 6], [5, 6, 7]], n=2, seed=3, temperature=0)
+    started = await choices.start(h.pipeline, h.pipeline.flight("req-1"), _inbound(body))
+    assert (len(started), started.n) == (6, 2)
+    sent = sorted((s.request.request_id, s.request.prompt_token_ids, s.request.sampling.seed) for s in h.streams())
+    assert sent == [
+        ("req-1", [5], 3),
+        ("req-1-1", [5], 4),
+        ("req-1-2", [5, 6], 3),
+        ("req-1-3", [5, 6], 4),
+        ("req-1-4", [5, 6, 7], 3),
+        ("req-1-5", [5, 6, 7], 4),
+    ]
+    assert [f.prompt_tokens for f in started.flights] == [1, 1, 2, 2, 3, 3]
+    assert await _texts(started) == dict.fromkeys(range(6), "abab")
+    usage = started.usage()
+    assert (usage.prompt_tokens, usage.completion_tokens) == (3 * 3, 6 * 2)  # answer() says 3 prompt tokens each
+    _released(h, {"200": 6}, cancelled=False)
+
+
+@pytest.mark.parametrize("failing", [None, "req-1", "req-1-3"])
+async def test_every_stream_slot_of_a_batch_is_back_whichever_way_it_ends(failing):
+    def script(request):
+        return [EngineDeadError("The engine stopped.")] if request.request_id == failing else answer(2)
+
+    h = harness(script, auth={"keys": [{"name": "team", "key": KEY, "max_concurrent_streams": 6}]})
+    body = _body(prompt=["The river", "A cat", "Once"], n=2)
+    try:
+        await _texts(await choices.start(h.pipeline, h.pipeline.flight("req-1"), _batch_inbound(body)))
+    except RequestFailed as failure:
+        assert failing is not None and failure.status == 503
+    assert h.streams_held() == {"team": 0} and h.inflight() == 0
+
+
+async def test_a_batch_cancelled_at_any_point_of_its_start_gives_every_slot_back():
+    for steps in range(0, 40, 3):  # the client goes away after this many turns of the loop
+        h = harness(lambda r: answer(2), auth={"keys": [{"name": "team", "key": KEY, "max_concurrent_streams": 4}]})
+        body = _body(prompt=["The river", "A cat"], n=2)
+        starting = asyncio.ensure_future(choices.start(h.pipeline, h.pipeline.flight("req-1"), _batch_inbound(body)))
+        for _ in range(steps):
+            await asyncio.sleep(0)
+        starting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await (await starting).close()  # it had started every choice: the route's finally
+        assert h.streams_held() == {"team": 0} and h.inflight() == 0, steps
+
+
+async def test_a_seed_offset_past_int64_wraps_around_within_it():
+    h = harness(lambda r: answer(1))
+    started = await _start(h, _body(n=2, seed=2**63 - 1, temperature=0))
+    await _texts(started)
+    assert sorted(s.request.sampling.seed for s in h.streams()) == [-(2**63), 2**63 - 1]

@@ -22,6 +22,7 @@ pytestmark = pytest.mark.serve
 
 EXAMPLES_PER_ROUTE = 80
 MAX_TOKENS = 4  # the cap on generated max_tokens / max_completion_tokens (and what an absent one becomes)
+MAX_BATCH = 2  # the cap on a generated batch of prompts
 
 # Requests sent and their statuses, summed over the routes (reported by the module fixture below).
 STATUSES: Counter[int] = Counter()
@@ -53,9 +54,13 @@ def _report(request):
 
 
 def _bounded(body: object) -> None:
-    """Caps how long a generated request may generate for, leaving every other field as generated."""
+    """Caps how long a generated request may generate for, leaving every other field as generated: a batch of
+    prompts (each an engine request per choice) is cut to its first two."""
     if not isinstance(body, dict) or not isinstance(body.get("messages", body.get("prompt")), str | list):
         return
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and prompt and isinstance(prompt[0], str | list):
+        del prompt[MAX_BATCH:]
     for name in ("max_tokens", "max_completion_tokens"):
         value = body.get(name)
         if type(value) is int and value > MAX_TOKENS:

@@ -107,6 +107,29 @@ def test_n_choices_each_a_whole_answer_streamed_or_not(client):
     assert usage is not None and usage.completion_tokens == 2 * 6
 
 
+def test_the_openai_client_batches_prompts_n_choices_each_streamed_or_not(client):
+    prompts = ["Once upon", "The river", "A small cat sat"]
+    fields = {"model": PINNED, "max_tokens": 5, "temperature": 0, "extra_body": {"ignore_eos": True}}
+    alone = [client.completions.create(prompt=p, **fields) for p in prompts]  # greedy: each prompt's one answer
+    whole = client.completions.create(prompt=prompts, n=2, **fields)
+    streamed: dict[int, str] = {}
+    usage = None
+    for chunk in client.completions.create(
+        prompt=prompts, n=2, stream=True, stream_options={"include_usage": True}, **fields
+    ):
+        usage = chunk.usage or usage
+        for choice in chunk.choices:
+            streamed[choice.index] = streamed.get(choice.index, "") + choice.text
+    # Choice j of prompt i at index i * n + j, as OpenAI indexes a batch.
+    expected = {i * 2 + j: alone[i].choices[0].text for i in range(3) for j in range(2)}
+    assert [c.index for c in whole.choices] == list(range(6))
+    assert {c.index: c.text for c in whole.choices} == expected == streamed
+    prompt_tokens = sum(a.usage.prompt_tokens for a in alone if a.usage is not None)
+    assert whole.usage is not None and usage is not None
+    assert (whole.usage.prompt_tokens, whole.usage.completion_tokens) == (prompt_tokens, 6 * 5)
+    assert (usage.prompt_tokens, usage.completion_tokens) == (prompt_tokens, 6 * 5)
+
+
 def test_openai_chat_streaming_with_usage_and_not(client):
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say hello"}]
     stream = client.chat.completions.create(

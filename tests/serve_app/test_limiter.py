@@ -242,3 +242,31 @@ async def test_keys_without_limits_and_open_endpoints_cost_nothing():
     (await limits.admit(caller, 10**6)).release()
     (await limits.admit(None, 10)).release()
     assert ledger.calls == 0
+
+
+@pytest.mark.parametrize("ledger_up", [True, False])
+async def test_a_requests_choices_are_one_request_with_a_slot_each_given_back_one_by_one(ledger_up):
+    clock = Clock()
+    ledger = InProcessLedger(clock, fail=not ledger_up)  # down: the replica enforces alone, the same way
+    [(limits, caller)] = _replicas(1, ledger, clock, requests_per_minute=2, max_concurrent_streams=4)
+    batch = await limits.admit(caller, 10, streams=3)  # three choices: one request, three slots
+    with pytest.raises(OverloadedError, match="in flight"):
+        await limits.admit(caller, 10, streams=2)
+    batch.release()  # one choice ended: its slot is free
+    (await limits.admit(caller, 10, streams=2)).release_all()  # the key's second request of the minute
+    batch.release_all()  # the choices that never started
+    batch.release()  # nothing left to give back
+    with pytest.raises(OverloadedError, match="requests per minute"):
+        await limits.admit(caller, 10)
+    clock.now += 60.0
+    await limits.sync()
+    (await limits.admit(caller, 10, streams=4)).release_all()  # every slot was back
+
+
+async def test_a_request_with_more_choices_than_the_keys_streams_is_refused_without_a_call():
+    clock = Clock()
+    ledger = InProcessLedger(clock)
+    [(limits, caller)] = _replicas(1, ledger, clock, max_concurrent_streams=4)
+    with pytest.raises(OverloadedError, match="needs 5 streams"):
+        await limits.admit(caller, 1, streams=5)
+    assert ledger.calls == 0

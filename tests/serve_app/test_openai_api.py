@@ -202,3 +202,43 @@ def test_best_of_that_cannot_be_served_is_refused_naming_it(fields):
     with pytest.raises(InvalidRequestError) as err:
         parse_request(CompletionRequest, {**COMPLETION, **fields})
     assert err.value.param == "best_of"
+
+
+@pytest.mark.parametrize(
+    ("prompt", "prompts"),
+    [
+        ("hi", ["hi"]),
+        ([1, 2], [[1, 2]]),
+        ([], [[]]),  # no prompt at all: the tokenizer refuses it by name
+        (["a", "b"], ["a", "b"]),  # OpenAI's batched forms
+        ([[1], [2, 3]], [[1], [2, 3]]),
+        (["a"], ["a"]),
+    ],
+)
+def test_a_prompt_is_one_prompt_or_a_batch_of_them(prompt, prompts):
+    assert parse_request(CompletionRequest, {**COMPLETION, "prompt": prompt}).prompts() == prompts
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("seed", 2**63),  # OpenAI's int64
+        ("seed", -(2**63) - 1),
+        ("top_k", 2**31),  # the gRPC API's int32, here too
+        ("priority", -(2**31) - 1),
+        ("stop_token_ids", [2**31]),
+        ("stop_token_ids", [-1]),
+        ("logit_bias", {"\u00b2": 1.0}),  # a digit to str.isdigit(), not to int()
+        ("logit_bias", {"9" * 5000: 1.0}),
+        ("logit_bias", {str(2**31): 1.0}),
+    ],
+)
+def test_integers_beyond_what_engines_take_are_refused_by_name(field, value):
+    with pytest.raises(InvalidRequestError) as err:
+        parse_request(CompletionRequest, {**COMPLETION, field: value})
+    assert err.value.param is not None and err.value.param.startswith(field)
+
+
+def test_the_ends_of_the_integer_ranges_are_taken():
+    body = {**COMPLETION, "seed": -(2**63), "top_k": 2**31 - 1, "priority": -(2**31), "stop_token_ids": [2**31 - 1]}
+    assert parse_request(CompletionRequest, {**body, "logit_bias": {str(2**31 - 1): 1.0}}).seed == -(2**63)

@@ -14,10 +14,10 @@ import pytest
 from starlette.testclient import TestClient
 
 from core.errors import EngineDeadError
-from engines.protocol import EngineStats
+from engines.protocol import Delta, EngineStats, GenerationRequest
 from serve_app.http_routes import HttpRoutes, standalone_app
 from serve_app.stats_board import ReplicaReport
-from tests.serve_app.fake_engine import Harness, answer, harness
+from tests.serve_app.fake_engine import Harness, answer, default_args, harness
 
 KEY = "sk-test-1"
 MODEL = "local-llama"
@@ -294,11 +294,165 @@ def test_an_unknown_route_answers_in_openais_error_shape():
     assert r.status_code == 404 and r.json()["error"]["type"] == "invalid_request_error"
 
 
-def test_n_choices_over_the_keys_streams_are_one_429_and_every_choice_is_released():
+def test_n_choices_over_the_keys_streams_are_one_429_before_any_engine_work():
     h = harness(lambda r: answer(3), auth=_keys(max_concurrent_streams=1))
     with _client(h) as c:
         body = {"model": MODEL, "prompt": "Hi", "max_tokens": 3, "n": 2, "stream": True}
         r = c.post("/v1/completions", json=body, headers={"authorization": f"Bearer {KEY}"})
     assert r.status_code == 429 and "retry-after" in r.headers
-    _done(h, {"429": 2}, cancelled=True)
+    assert "2 streams" in r.json()["error"]["message"]  # the whole request is admitted or refused at once
+    assert h.streams() == []
+    _done(h, {"429": 1}, cancelled=True)
     assert h.streams_held() == {"team": 0}
+
+
+# --------------------------------------------------------------------------- batched prompts
+
+BATCH = [[5], [5, 6], [5, 6, 7]]  # three token-id prompts of 1, 2 and 3 tokens
+
+
+def _says_its_prompt(request: GenerationRequest) -> list[Delta]:
+    """Two deltas whose text names the prompt they complete (its length) and the choice's seed."""
+    size = len(request.prompt_token_ids)
+    return [
+        Delta(f"<{size}:{request.sampling.seed}>", [7], None, prompt_tokens=size, completion_tokens=1),
+        Delta("!", [7], "length", prompt_tokens=size, completion_tokens=2),
+    ]
+
+
+def _whole_and_streamed(client: openai.OpenAI, **fields: Any) -> tuple[Any, dict[int, str]]:
+    whole = client.completions.create(model=MODEL, max_tokens=2, **fields)
+    streamed: dict[int, str] = {}
+    for chunk in client.completions.create(model=MODEL, max_tokens=2, stream=True, **fields):
+        for choice in chunk.choices:
+            streamed[choice.index] = streamed.get(choice.index, "") + choice.text
+    return whole, streamed
+
+
+def test_the_openai_client_gets_n_choices_of_each_batched_prompt_indexed_prompt_by_prompt():
+    h = harness(_says_its_prompt)
+    with _client(h) as c:
+        client = openai.OpenAI(base_url="http://testserver/v1", api_key="unused", http_client=c, max_retries=0)
+        # Greedy, since the default config's engines do not implement seed: what is checked is each request's seed.
+        whole, streamed = _whole_and_streamed(client, prompt=BATCH, n=2, seed=10, temperature=0)
+    # Choice j of prompt i at index i * n + j; the seed offset by j, the same for every prompt.
+    expected = {i * 2 + j: f"<{len(p)}:{10 + j}>!" for i, p in enumerate(BATCH) for j in range(2)}
+    assert {c.index: c.text for c in whole.choices} == expected == streamed
+    assert [c.index for c in whole.choices] == list(range(6))
+    assert whole.usage is not None
+    assert (whole.usage.prompt_tokens, whole.usage.completion_tokens) == (1 + 2 + 3, 6 * 2)  # each prompt once
+    assert sorted(len(s.request.prompt_token_ids) for s in h.streams()) == [1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3]
+    _done(h, {"200": 12}, cancelled=False)
+
+
+def test_a_batch_of_texts_streams_usage_summed_and_echoes_each_prompt():
+    h = harness(_says_its_prompt)
+    usage = {"include_usage": True}
+    body = {"model": MODEL, "prompt": ["Hi", "Hello there"], "max_tokens": 2, "echo": True, "stream_options": usage}
+    with _client(h) as c:
+        whole = c.post("/v1/completions", json=body).json()
+        r = c.post("/v1/completions", json={**body, "stream": True})
+    texts = [x["text"] for x in whole["choices"]]
+    assert texts[0].startswith("Hi<") and texts[1].startswith("Hello there<")
+    chunks = [json.loads(e) for e in _events(r.text)[:-1]]
+    streamed: dict[int, str] = {}
+    for chunk in chunks[:-1]:
+        (choice,) = chunk["choices"]
+        streamed[choice["index"]] = streamed.get(choice["index"], "") + choice["text"]
+    assert streamed == dict(enumerate(texts))
+    assert chunks[-1]["usage"] == whole["usage"]
+    prompts = sorted(len(s.request.prompt_token_ids) for s in h.streams())
+    assert whole["usage"]["prompt_tokens"] == sum(prompts) // 2  # each prompt once per response
+    _done(h, {"200": 4}, cancelled=False)
+
+
+@pytest.mark.parametrize(
+    ("prompt", "limits", "needle"),
+    [
+        (BATCH, {"max_batch_prompts": 2}, "batches 3 prompts"),
+        ([[5], [10**9], [5]], {}, "outside the vocabulary"),  # any prompt of the batch, before any engine work
+        ([[5], []], {}, "empty"),
+        (["Hi", [5]], {}, "Invalid value"),  # texts and token ids mixed: not one of OpenAI's forms
+        ([[5], [5] * 40], {"max_prompt_tokens": 30}, "at most 30"),
+    ],
+)
+def test_a_batch_is_refused_whole_naming_prompt_before_any_engine_work(prompt, limits, needle):
+    h = harness(limits={**default_args()["limits"], **limits})
+    with _client(h) as c:
+        r = c.post("/v1/completions", json={"model": MODEL, "prompt": prompt, "max_tokens": 2})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == "prompt" and needle in r.json()["error"]["message"]
+    assert h.streams() == []
+    _done(h, {"400": 1}, cancelled=False)
+
+
+def test_a_batch_is_charged_to_the_key_whole_and_refused_whole():
+    # 3 prompts of 1-3 tokens, n=2, max_tokens 10: 6 + 3 * 2 * 10 = 66 tokens and 6 streams.
+    body = {"model": MODEL, "prompt": BATCH, "n": 2, "max_tokens": 10}
+    headers = {"authorization": f"Bearer {KEY}"}
+    h = harness(_says_its_prompt, auth=_keys(tokens_per_minute=100, requests_per_minute=2, max_concurrent_streams=6))
+    with _client(h) as c:
+        first = c.post("/v1/completions", json=body, headers=headers)
+        second = c.post("/v1/completions", json=body, headers=headers)  # 34 tokens left: refused whole
+    assert first.status_code == 200 and len(first.json()["choices"]) == 6
+    assert second.status_code == 429 and "tokens per minute" in second.json()["error"]["message"]
+    assert len(h.streams()) == 6  # the first batch's; none of the second's reached an engine
+    (principal,) = h.keys._by_digest.values()
+    assert principal.requests is not None and principal.tokens is not None
+    assert round(principal.requests.level) == 1  # a batch is one request, as OpenAI counts it
+    assert round(principal.tokens.level) == 100 - 66
+    _done(h, {"200": 6, "429": 1}, cancelled=False)
+    assert h.streams_held() == {"team": 0}
+
+
+def test_a_batch_prompt_no_variant_can_take_fails_the_batch_and_ends_its_other_choices():
+    h = harness(_says_its_prompt)
+    with _client(h) as c:
+        r = c.post("/v1/completions", json={"model": MODEL, "prompt": [[5], [5] * 5000], "max_tokens": 2})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
+    assert h.inflight() == 0 and all(s.cancelled for s in h.streams())
+
+
+# --------------------------------------------------------------------------- pathological bodies
+
+DEEP = 5000
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        (b'{"model": "local-llama", "prompt": ' + b"[" * DEEP + b"]" * DEEP + b"}", "nests deeper"),
+        (b'{"a": ' * DEEP + b"1" + b"}" * DEEP, "nests deeper"),
+        (b'{"model": "local-llama", "prompt": "x", "x": ' + b"[" * 65 + b"]" * 65 + b"}", "nests deeper than 64"),
+        (b'{"model": "local-llama", "prompt": "hi", "max_tokens": ' + b"9" * 5000 + b"}", "not valid JSON"),
+        (b'{"model": "local-llama", "prompt": "hi", "temperature": NaN}', "NaN"),
+        (b'{"model": "local-llama", "prompt": "hi", "top_p": -Infinity}', "Infinity"),
+        (b'{"model": "local-llama", "prompt": "hi", "temperature": 1e999}', "beyond a double"),
+        (b'{"model": "local-llama", "prompt": "\xff\xfe"}', "not valid JSON"),
+        (b'{"model": "local-llama", "prompt": "hi", "seed": ' + b"9" * 30 + b"}", "seed"),
+        (b'{"model": "local-llama", "prompt": "hi", "top_k": ' + b"9" * 30 + b"}", "top_k"),
+        (b'{"model": "local-llama", "prompt": "hi", "priority": -' + b"9" * 400 + b"}", "priority"),
+        (b'{"model": "local-llama", "prompt": "hi", "logit_bias": {"\xc2\xb2": 1}}', "logit_bias"),  # '²'
+        (b'{"model": "local-llama", "prompt": "hi", "logit_bias": {"' + b"9" * 5000 + b'": 1}}', "logit_bias"),
+    ],
+    ids=lambda v: v[-40:].decode(errors="replace") if isinstance(v, bytes) else v,
+)
+def test_pathological_bodies_are_400s_naming_what_is_wrong(content, needle):
+    h = harness()
+    with TestClient(standalone_app(HttpRoutes(h.pipeline, _no_stats)), raise_server_exceptions=False) as c:
+        r = c.post("/v1/completions", content=content, headers={"content-type": "application/json"})
+    assert r.status_code == 400, r.text
+    assert needle in r.json()["error"]["message"]
+    assert h.streams() == []
+
+
+def test_a_key_sent_twice_keeps_its_last_value_and_json_may_be_utf16():
+    h = harness()
+    with _client(h) as c:
+        twice = c.post("/v1/completions", content=b'{"model": "x", "model": "local-llama", "prompt": "Hi"}')
+        utf16 = c.post("/v1/completions", content=json.dumps({"model": MODEL, "prompt": "Hi"}).encode("utf-16"))
+    assert twice.status_code == utf16.status_code == 200
+
+
+async def _no_stats() -> dict:
+    return {}

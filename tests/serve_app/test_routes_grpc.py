@@ -7,10 +7,13 @@ from contextlib import aclosing
 from typing import Any
 
 import grpc
+import pytest
 
 from core.errors import EngineDeadError
+from serve_app import grpc_api
 from serve_app.grpc_api import llm_pb2
 from serve_app.grpc_routes import GrpcRoutes
+from serve_app.ray_compat import RAY_2_60, ray_version
 from tests.serve_app.fake_engine import answer, harness
 
 KEY = "sk-test-1"
@@ -150,15 +153,15 @@ async def test_an_engine_error_mid_stream_of_n_choices_ends_every_choice_with_it
     assert _grpc_requests(h) == {"UNAVAILABLE": 2}
 
 
-async def test_n_choices_over_the_keys_streams_are_one_status_and_every_choice_is_released():
+async def test_n_choices_over_the_keys_streams_are_one_status_before_any_engine_work():
     h = harness(lambda r: answer(3), auth={"keys": [{"name": "team", "key": KEY, "max_concurrent_streams": 1}]})
     context = _Context({"authorization": f"Bearer {KEY}"})
     request = llm_pb2.GenerateRequest(model="local-llama", prompt="Hi", max_tokens=3, n=2)
     messages = await _generate(GrpcRoutes(h.pipeline), request, context)
     assert context.code == grpc.StatusCode.RESOURCE_EXHAUSTED and "retry-after" in context.trailing
     assert [m.finish_reason for m in messages] == ["error"]
-    assert _grpc_requests(h) == {"RESOURCE_EXHAUSTED": 2}
-    assert h.streams_held() == {"team": 0} and all(s.cancelled for s in h.streams())
+    assert _grpc_requests(h) == {"RESOURCE_EXHAUSTED": 1}  # the request is admitted or refused whole
+    assert h.streams_held() == {"team": 0} and h.streams() == []
 
 
 async def test_a_cancelled_call_releases_every_choice():
@@ -170,3 +173,38 @@ async def test_a_cancelled_call_releases_every_choice():
     await messages.aclose()
     assert h.inflight() == 0 and _grpc_requests(h) == {"CANCELLED": 2}
     assert all(s.cancelled for s in h.streams())
+
+
+def _deserializers() -> dict[str, Any]:
+    """Each method's request deserializer, as the servicer function registers them."""
+    registered: dict[str, Any] = {}
+
+    class Server:
+        def add_generic_rpc_handlers(self, handlers: Any) -> None:
+            pass
+
+        def add_registered_method_handlers(self, service: str, handlers: dict[str, Any]) -> None:
+            registered.update({name: h.request_deserializer for name, h in handlers.items()})
+
+    grpc_api.add_LLMServiceServicer_to_server(grpc_api.llm_pb2_grpc.LLMServiceServicer(), Server())
+    return registered
+
+
+@pytest.mark.parametrize("raw", [b"\xff\xff\xff", b"\x12\x02\xff\xfe", b"\x0a\x05hel"])  # corrupt, bad UTF-8, cut
+async def test_bytes_that_are_no_message_are_invalid_argument_not_unknown(raw):
+    if ray_version() < RAY_2_60:
+        pytest.skip("this Ray registers only the generic handlers")
+    deserialize = _deserializers()
+    request = deserialize["Generate"](raw)
+    assert isinstance(request, grpc_api.UndecodableRequest)
+    assert deserialize["Generate"](llm_pb2.GenerateRequest(prompt="x").SerializeToString()).prompt == "x"
+    h = harness()
+    context = _Context()
+    messages = await _generate(GrpcRoutes(h.pipeline), request, context)
+    assert context.code == grpc.StatusCode.INVALID_ARGUMENT and "not a valid message" in context.details
+    assert [m.finish_reason for m in messages] == ["error"] and h.streams() == []
+    models, request = _Context(), deserialize["Models"](raw)
+    await GrpcRoutes(h.pipeline).Models(request, models)
+    # Models takes no fields: a string field it does not know is an unknown field, kept as bytes, not an error.
+    undecodable = isinstance(request, grpc_api.UndecodableRequest)
+    assert models.code == (grpc.StatusCode.INVALID_ARGUMENT if undecodable else None)
