@@ -22,6 +22,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -267,8 +268,7 @@ def test_a_stop_at_any_moment_leaves_nothing_and_a_second_server_starts_right_af
     try:
         # Right after start: Ray is up, the app is being deployed.
         env = _server_env(markers[0])
-        first = Server(config_path, env)
-        first.wait_for_output(r"Started a local Ray instance")
+        first = _started(config_path, env, markers[0], lambda s: s.wait_for_output(r"Started a local Ray instance"))
         getattr(first, stop)()
         _assert_stopped_cleanly(first, markers[0], _server_ports(config, env, first.output), statuses=statuses)
         first.close()
@@ -276,8 +276,7 @@ def test_a_stop_at_any_moment_leaves_nothing_and_a_second_server_starts_right_af
         # A second server on the same ports, at once; stopped once it answers through a reloaded HAProxy, with
         # streams in flight.
         env = _server_env(markers[1])
-        second = Server(config_path, env)
-        _wait_until_it_answers(second, url)
+        second = _started(config_path, env, markers[1], lambda s: _wait_until_it_answers(s, url))
         serving = _haproxies(markers[1])
         assert any("-sf" in cmdline for cmdline in serving.values()), f"no reloaded HAProxy: {serving}"
         _assert_haproxy_config_patched(next(iter(serving.values())))
@@ -292,6 +291,29 @@ def test_a_stop_at_any_moment_leaves_nothing_and_a_second_server_starts_right_af
     finally:
         for marker in markers:
             _kill_marked(marker)
+
+
+# What `ray.init` raises when a new node's raylet has not registered with its GCS within the 30 s Ray allows
+# (``raylet_start_wait_time_s``, hard-coded in ray/_private/node.py): on a machine overloaded by other work, before any
+# of this project's code runs.
+RAY_NODE_START_TIMEOUT = "The current node timed out during startup"
+
+
+def _started(config_path: Path, env: dict[str, str], marker: str, ready: Callable[[Server], object]) -> Server:
+    """A server that got as far as ``ready`` checks. A start that Ray itself gave up on (``RAY_NODE_START_TIMEOUT``)
+    is tried once more: it is not what these tests are about, and a second start finds the machine as it is."""
+    server = Server(config_path, env)
+    try:
+        ready(server)
+        return server
+    except AssertionError:
+        if RAY_NODE_START_TIMEOUT not in server.output:
+            raise
+    server.close()
+    _kill_marked(marker)
+    server = Server(config_path, env)
+    ready(server)
+    return server
 
 
 def _assert_haproxy_config_patched(cmdline: list[str]) -> None:
