@@ -382,8 +382,7 @@ def test_no_grpc_call_ends_with_a_server_fault(channel, method, raw, metadata):
     code, details = "OK", ""
     try:
         if method == "Generate":
-            for _ in channel.unary_stream(path)(raw, metadata=metadata, timeout=120):
-                pass
+            list(channel.unary_stream(path)(raw, metadata=metadata, timeout=120))  # read the stream to its status
         else:
             channel.unary_unary(path)(raw, metadata=metadata, timeout=120)
     except grpc.RpcError as e:

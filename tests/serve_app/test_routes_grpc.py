@@ -181,7 +181,7 @@ def _deserializers() -> dict[str, Any]:
 
     class Server:
         def add_generic_rpc_handlers(self, handlers: Any) -> None:
-            pass
+            """The generic handlers carry no deserializers of their own: nothing to record."""
 
         def add_registered_method_handlers(self, service: str, handlers: dict[str, Any]) -> None:
             registered.update({name: h.request_deserializer for name, h in handlers.items()})
