@@ -21,18 +21,12 @@ from typing import Any
 from router.config import RouterConfig
 from sim.scenario import PoolSpec, Scenario
 from sim.seed import router_seed
-from sim.sweep import ScenarioMaker, make_scenario
 from sim.workload import sim_requests
 from traffic.segments import segment_token_ids
 from traffic.workload import RequestSpec, make_prompt
 
 TOKENIZER = "builtin:tiny"  # the emulated engines stream its ids; prompts are drawn from its plain tokens
 TOKEN_ID_RANGE = (256, 500)
-
-
-def fleet_scenario(make: ScenarioMaker, duration_s: float, rate_scale: float, fleet_scale: float) -> Scenario:
-    """``make``'s scenario at ``rate_scale`` with its fleet and its traffic both scaled by ``fleet_scale``."""
-    return make_scenario(make, duration_s, rate_scale, fleet_scale)
 
 
 def variant_args(pool: PoolSpec, replica_choice: str = "least_prefill") -> dict[str, Any]:

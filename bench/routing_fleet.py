@@ -29,13 +29,14 @@ from typing import cast
 from pydantic import BaseModel, Field
 
 from bench.client import TargetConfig
-from bench.fleet import app_args, fleet_scenario, scenario_requests
+from bench.fleet import app_args, scenario_requests
 from bench.load import drive
 from bench.loadgen import LoadConfig
 from bench.policy_apps import app_names, engine_limits, policy_args, run_policy_ingresses
 from router.config import Policy, RouterConfig
 from sim.capacity import CapacityEstimate, estimate_capacity
 from sim.scenario import SCENARIOS, Scenario, simulate
+from sim.sweep import make_scenario
 from traffic.records import RequestRecord, write_jsonl
 from traffic.report import machine_info
 from traffic.routing_results import STEADY_FROM, Bar, SweepPoint, bar, bar_verdict, prefix_table, sweep_point
@@ -250,7 +251,7 @@ def run(args: argparse.Namespace) -> int:
     make = SCENARIOS[args.scenario]
     duration_s = args.duration_s or (20.0 if args.quick else 60.0)
     fractions = args.rate_fractions or list(DEFAULT_FRACTIONS)
-    base = fleet_scenario(make, duration_s, 1.0, args.fleet_scale)
+    base = make_scenario(make, duration_s, 1.0, args.fleet_scale)
     estimate = estimate_capacity(base)
     base_args = app_args(base, ingress_replicas=args.ingress_replicas)
     timeout_s = args.request_timeout_s or 300.0
@@ -262,7 +263,7 @@ def run(args: argparse.Namespace) -> int:
     with local_serve("bench-routing-fleet") as base_url:
         urls = _deploy(args, base_args, base_url, started)
         for i, fraction in enumerate(fractions):
-            scenario = fleet_scenario(make, duration_s, fraction * estimate.rate_scale, args.fleet_scale)
+            scenario = make_scenario(make, duration_s, fraction * estimate.rate_scale, args.fleet_scale)
             # The simulator beside it routes with the same config as the real ingresses (``--router`` too).
             router = RouterConfig.model_validate({**scenario.router.model_dump(), **(args.router or {})})
             # ... and spreads the requests over as many ingress replicas, each picking replicas from its own sends.
